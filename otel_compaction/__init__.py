@@ -1,0 +1,52 @@
+"""otel-compaction: OpenTelemetry instrumentation and a policy gate for agent compaction.
+
+Compaction replaces old transcript spans with a model-written summary. This package makes it a
+guarded state transition: tool calls and their results are tracked as obligations, and
+`CompactionGate.evaluate` decides, before any compaction, to compact (possibly extending the
+span to close a pairing break), defer to an older closed span, or refuse by raising
+`CompactionRefused` naming the open obligations.
+
+Example:
+    >>> from otel_compaction import CompactionGate
+    >>> gate = CompactionGate("default")
+    >>> gate.evaluate([{"role": "user", "content": "hi"}], 0, 1).action
+    'compact'
+"""
+
+from otel_compaction.analysis import Analysis
+from otel_compaction.errors import (
+    CompactionError,
+    CompactionRefused,
+    LiveSpanCompactionError,
+    OpenObligationError,
+    PolicyError,
+    TranscriptError,
+)
+from otel_compaction.gate import CompactionGate, Decision, MustCarry, SpanError
+from otel_compaction.ledger import LedgerSnapshot, Obligation, ObligationLedger
+from otel_compaction.policy import Policy
+from otel_compaction.rules import Finding, ObligationRef
+from otel_compaction.transcript import Transcript
+
+__all__ = [
+    "Analysis",
+    "CompactionError",
+    "CompactionGate",
+    "CompactionRefused",
+    "Decision",
+    "Finding",
+    "LedgerSnapshot",
+    "LiveSpanCompactionError",
+    "MustCarry",
+    "Obligation",
+    "ObligationLedger",
+    "ObligationRef",
+    "OpenObligationError",
+    "Policy",
+    "PolicyError",
+    "SpanError",
+    "Transcript",
+    "TranscriptError",
+]
+
+__version__ = "0.1.0"

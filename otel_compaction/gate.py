@@ -1,0 +1,429 @@
+"""The compaction gate: compact, extend, defer or refuse, before any compaction happens.
+
+`CompactionGate.evaluate` is the first seed's decision boundary made exact:
+
+1. A pairing break (or any blocking obligation) whose resolution exists later in the
+   transcript: extend the span's end forward to the first cut that closes them, within the
+   policy's extension limit, and compact the extended span.
+2. No blocking finding: compact, with ``must_carry`` (identifiers used after the span, negative
+   results inside it, the obligations still open) for the summarizer.
+3. A blocking finding, not critical, and a non-empty closed span ``[start, c)`` before the first
+   blocking position: defer, compacting that older span and holding the live one verbatim.
+4. Otherwise refuse: raise `CompactionRefused` naming every open obligation.
+
+The ledger of the conversation is cross-checked on every evaluation. Observers registered with
+`CompactionGate.add_observer` see every decision (the telemetry hooks in here); an observer's
+failure is logged and never changes a decision.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from otel_compaction.analysis import Analysis, Negative
+from otel_compaction.errors import (
+    CompactionError,
+    CompactionRefused,
+    LiveSpanCompactionError,
+    OpenObligationError,
+)
+from otel_compaction.ledger import ObligationLedger
+from otel_compaction.policy import Policy
+from otel_compaction.rules import Finding, ObligationRef, SpanView, run_rules
+from otel_compaction.transcript import Transcript
+
+__all__ = ["Action", "CompactionGate", "Decision", "MustCarry", "SpanError"]
+
+_log = logging.getLogger(__name__)
+
+Action = Literal["compact", "defer", "refuse"]
+
+# Rules whose blocking findings are obligations in the first seed's sense; the others are the
+# second seed's liveness conditions and refuse with LiveSpanCompactionError.
+_OBLIGATION_RULES = frozenset(
+    {
+        "open_tool_call",
+        "orphan_result",
+        "open_transaction",
+        "pending_retry",
+        "dangling_commitment",
+        "ledger_mismatch",
+        "severed_obligation",
+    }
+)
+# How many shorter spans the deferral search tries before it gives up and refuses.
+_MAX_DEFERRAL_PROBES = 64
+
+
+class SpanError(CompactionError, ValueError):
+    """The requested span is not a span of this transcript."""
+
+
+@dataclass(frozen=True, slots=True)
+class MustCarry:
+    """What a summary of the span must still say, verified after summarizing."""
+
+    identifiers: tuple[str, ...] = ()
+    negatives: tuple[Negative, ...] = ()
+    pending: tuple[ObligationRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The gate's answer for one requested span.
+
+    ``span`` is the span to compact (extended when ``extended``), the older closed span for a
+    deferral, or the requested span for a refusal. ``obligations`` names what made the
+    requested span live; ``findings`` lists everything the rules found in ``span``.
+    """
+
+    action: Action
+    span: tuple[int, int]
+    requested: tuple[int, int]
+    obligations: tuple[ObligationRef, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    must_carry: MustCarry = field(default_factory=MustCarry)
+    extended: bool = False
+    critical: bool = False
+    policy: str = "default"
+    conversation_id: str | None = None
+
+    @property
+    def blocking(self) -> tuple[Finding, ...]:
+        """The findings whose severity is ``block``."""
+        return tuple(f for f in self.findings if f.severity == "block")
+
+    def describe(self) -> str:
+        """One line a person can act on."""
+        start, end = self.span
+        named = "; ".join(ref.describe() for ref in self.obligations) or "none"
+        if self.action == "refuse":
+            return f"refusing compaction of messages {start}..{end - 1}: open obligations: {named}"
+        if self.action == "defer":
+            rs, re_ = self.requested
+            return (
+                f"deferring messages {rs}..{re_ - 1} (open obligations: {named}); "
+                f"compacting the closed span {start}..{end - 1} instead"
+            )
+        how = " (extended to close a pairing break)" if self.extended else ""
+        return f"compacting messages {start}..{end - 1}{how}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decision in the CLI's JSON contract."""
+        return {
+            "action": self.action,
+            "span": list(self.span),
+            "requested": list(self.requested),
+            "extended": self.extended,
+            "critical": self.critical,
+            "policy": self.policy,
+            "obligations": [_ref_dict(r) for r in self.obligations],
+            "findings": [finding_dict(f) for f in self.findings],
+            "must_carry": {
+                "identifiers": list(self.must_carry.identifiers),
+                "negatives": [
+                    {
+                        "message_index": n.message_index,
+                        "call_id": n.call_id,
+                        "tool": n.tool,
+                        "text": n.text,
+                    }
+                    for n in self.must_carry.negatives
+                ],
+                "pending": [_ref_dict(r) for r in self.must_carry.pending],
+            },
+        }
+
+    def raise_if_refused(self) -> Decision:
+        """Raise the refusal for a ``refuse`` decision; return self otherwise."""
+        if self.action == "refuse":
+            raise refusal_error(self)
+        return self
+
+
+def _ref_dict(ref: ObligationRef) -> dict[str, Any]:
+    return {"kind": ref.kind, "id": ref.id, "name": ref.name, "message_index": ref.message_index}
+
+
+def finding_dict(finding: Finding) -> dict[str, Any]:
+    """A finding in the CLI's JSON contract."""
+    return {
+        "rule": finding.rule,
+        "message_index": finding.message_index,
+        "severity": finding.severity,
+        "detail": finding.detail,
+    }
+
+
+def refusal_error(decision: Decision) -> CompactionRefused:
+    """The seed-named refusal for `decision`: obligations first, liveness otherwise."""
+    rules = {f.rule for f in decision.blocking}
+    if rules & _OBLIGATION_RULES or not rules:
+        return OpenObligationError(decision)
+    return LiveSpanCompactionError(decision)
+
+
+Observer = Callable[[Decision, Analysis], None]
+
+
+class CompactionGate:
+    """Decides whether a span of a transcript may be compacted.
+
+    Example:
+        >>> gate = CompactionGate("default")
+        >>> messages = [
+        ...     {"role": "user", "content": "book it"},
+        ...     {"role": "assistant", "content": None, "tool_calls": [{"id": "c1",
+        ...      "type": "function", "function": {"name": "book", "arguments": "{}"}}]},
+        ...     {"role": "tool", "tool_call_id": "c1", "content": "booked ZFA04Y"},
+        ...     {"role": "assistant", "content": "Booked ZFA04Y."},
+        ... ]
+        >>> decision = gate.evaluate(messages, 0, 2)
+        >>> decision.action, decision.span, decision.extended
+        ('compact', (0, 3), True)
+    """
+
+    def __init__(
+        self,
+        policy: Policy | str = "default",
+        *,
+        ledger: ObligationLedger | None = None,
+    ) -> None:
+        """Create a gate.
+
+        Args:
+            policy: a `Policy`, a built-in policy name or a policy file path.
+            ledger: the live obligation ledger to cross-check; None for transcript-only checks.
+        """
+        self.policy = policy if isinstance(policy, Policy) else Policy.load(policy)
+        self.ledger = ledger
+        self._observers: list[Observer] = []
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call `observer` with every decision and the analysis it was made from."""
+        self._observers.append(observer)
+
+    def analyse(
+        self,
+        transcript: Transcript | Sequence[Mapping[str, Any]],
+        *,
+        conversation_id: str | None = None,
+    ) -> Analysis:
+        """Parse (if needed) and analyse `transcript` against the conversation's ledger."""
+        parsed = transcript if isinstance(transcript, Transcript) else Transcript.parse(transcript)
+        snapshot = None
+        if self.ledger is not None:
+            snapshot = self.ledger.snapshot(conversation_id)
+        return Analysis.build(parsed, self.policy, snapshot)
+
+    def evaluate(
+        self,
+        transcript: Transcript | Analysis | Sequence[Mapping[str, Any]],
+        start: int,
+        end: int,
+        *,
+        critical: bool = False,
+        conversation_id: str | None = None,
+        addressable: bool = False,
+        raise_on_refuse: bool = True,
+    ) -> Decision:
+        """Decide on compacting messages ``start..end-1``.
+
+        Args:
+            transcript: messages, a parsed `Transcript`, or an `Analysis` to reuse.
+            start: first message of the requested span (raised to the protected head).
+            end: one past the last message of the requested span.
+            critical: the budget is critical: no deferral, compact the span or refuse.
+            conversation_id: the conversation whose ledger is cross-checked.
+            addressable: the span will be archived verbatim (reversible compaction).
+            raise_on_refuse: raise the refusal (the default) instead of returning it.
+
+        Raises:
+            CompactionRefused: the span is live and cannot be deferred (when
+                `raise_on_refuse`), as `OpenObligationError` or `LiveSpanCompactionError`.
+            SpanError: the span is empty, out of range or inside the protected head.
+        """
+        analysis = (
+            transcript
+            if isinstance(transcript, Analysis)
+            else self.analyse(transcript, conversation_id=conversation_id)
+        )
+        decision = _decide(
+            analysis,
+            start,
+            end,
+            critical=critical,
+            addressable=addressable,
+            conversation_id=conversation_id,
+        )
+        for observer in self._observers:
+            try:
+                observer(decision, analysis)
+            except Exception:  # an observer must never change a decision
+                _log.exception("otel-compaction: decision observer failed")
+        if raise_on_refuse:
+            decision.raise_if_refused()
+        return decision
+
+    def check(
+        self,
+        transcript: Transcript | Analysis | Sequence[Mapping[str, Any]],
+        *,
+        conversation_id: str | None = None,
+    ) -> list[Finding]:
+        """Every finding over the whole transcript, as if all of it were one span."""
+        analysis = (
+            transcript
+            if isinstance(transcript, Analysis)
+            else self.analyse(transcript, conversation_id=conversation_id)
+        )
+        view = SpanView(analysis, 0, len(analysis.transcript), addressable=True)
+        return run_rules(view)
+
+
+def _decide(
+    analysis: Analysis,
+    start: int,
+    end: int,
+    *,
+    critical: bool,
+    addressable: bool,
+    conversation_id: str | None,
+) -> Decision:
+    n = len(analysis.transcript)
+    if not 0 <= start < end <= n:
+        raise SpanError(f"span {start}:{end} is not a non-empty span of messages 0..{n}")
+    requested = (start, end)
+    start = max(start, analysis.head)
+    if start >= end:
+        raise SpanError(
+            f"span {requested[0]}:{end} lies inside the protected head (messages 0..{start - 1})"
+        )
+
+    def decision(action: Action, span: tuple[int, int], **extra: Any) -> Decision:
+        return Decision(
+            action=action,
+            span=span,
+            requested=requested,
+            critical=critical,
+            policy=analysis.policy.name,
+            conversation_id=conversation_id,
+            **extra,
+        )
+
+    extended_end = _extension(analysis, start, end)
+    for candidate in dict.fromkeys((extended_end, end)):
+        findings = run_rules(SpanView(analysis, start, candidate, addressable))
+        if not any(f.severity == "block" for f in findings):
+            return decision(
+                "compact",
+                (start, candidate),
+                findings=tuple(findings),
+                must_carry=_must_carry(analysis, findings),
+                extended=candidate != end,
+            )
+
+    blocking = [f for f in findings if f.severity == "block"]
+    named = tuple(dict.fromkeys(f.obligation for f in blocking if f.obligation is not None))
+    if not critical:
+        deferred = _deferral(analysis, start, blocking, addressable)
+        if deferred is not None:
+            c, older = deferred
+            return decision(
+                "defer",
+                (start, c),
+                obligations=named,
+                findings=tuple(older),
+                must_carry=_must_carry(analysis, older),
+            )
+    return decision("refuse", (start, end), obligations=named, findings=tuple(findings))
+
+
+def _blocks(analysis: Analysis, rule: str, addressable: bool) -> bool:
+    return analysis.policy.severity(rule, addressable=addressable) == "block"
+
+
+def _extension(analysis: Analysis, start: int, end: int) -> int:
+    """The first cut at or after `end` that closes every blocking obligation arising in the
+    span, or `end` itself when none exists within the extension limit."""
+    limit = end + analysis.policy.extension_limit
+    target = end
+    obligations = analysis.obligations
+    i = analysis.obligations_index(start)
+    while i < len(obligations) and obligations[i].opened < target:
+        tracked = obligations[i]
+        i += 1
+        if not _blocks(analysis, tracked.rule, False):
+            continue
+        if tracked.resolved is None:
+            return end
+        target = max(target, tracked.resolved + 1)
+        if target > limit:
+            return end
+    if target != end and not analysis.pair_closed[target]:
+        return end
+    return target
+
+
+def _deferral(
+    analysis: Analysis, start: int, blocking: list[Finding], addressable: bool
+) -> tuple[int, list[Finding]] | None:
+    """The largest closed span ``[start, c)`` before the first blocking position that has no
+    blocking finding of its own, with its findings."""
+    if not analysis.pair_closed[start]:
+        return None
+    first = min((f.message_index for f in blocking if f.message_index is not None), default=None)
+    probes = 0
+    while first is not None and first > start and probes < _MAX_DEFERRAL_PROBES:
+        probes += 1
+        cut = _last_quiescent_cut(analysis, start, first, addressable)
+        if cut is None:
+            return None
+        findings = run_rules(SpanView(analysis, start, cut, addressable))
+        blocked = [f.message_index for f in findings if f.severity == "block"]
+        if not blocked:
+            return cut, findings
+        first = min((i for i in blocked if i is not None), default=None)
+    return None
+
+
+def _last_quiescent_cut(
+    analysis: Analysis, start: int, limit: int, addressable: bool
+) -> int | None:
+    """The largest cut c in ``start+1..limit`` that is pairing-closed and past the resolution
+    of every blocking obligation arising in ``[start, c)``."""
+    obligations = analysis.obligations
+    i = analysis.obligations_index(start)
+    reach = start
+    best: int | None = None
+    for cut in range(start + 1, limit + 1):
+        # Fold in the obligations arising in message cut-1.
+        while i < len(obligations) and obligations[i].opened < cut:
+            tracked = obligations[i]
+            i += 1
+            if _blocks(analysis, tracked.rule, addressable):
+                resolved = tracked.resolved
+                reach = max(
+                    reach, len(analysis.transcript) + 1 if resolved is None else resolved + 1
+                )
+        if reach <= cut and analysis.pair_closed[cut]:
+            best = cut
+    return best
+
+
+def _must_carry(analysis: Analysis, findings: list[Finding]) -> MustCarry:
+    carried = [f for f in findings if f.severity == "carry"]
+    identifiers = tuple(
+        f.obligation.id for f in carried if f.rule == "unresolved_reference" and f.obligation
+    )
+    negative_at = {f.message_index for f in carried if f.rule == "null_result"}
+    negatives = tuple(n for n in analysis.negatives if n.message_index in negative_at)
+    pending = tuple(
+        ObligationRef(o.kind, o.id, o.opened, o.name)
+        for o in analysis.obligations
+        if o.resolved is None
+    ) + tuple(ObligationRef(r.kind, r.id, None, r.name) for r in analysis.ledger_only)
+    return MustCarry(identifiers=identifiers, negatives=negatives, pending=pending)

@@ -1,0 +1,254 @@
+"""The obligation ledger: the runtime's live table of what it still owes, per conversation.
+
+The ledger is the source of truth the transcript is checked against. It is thread-safe (one
+lock, held only for dictionary work), bounded (conversations and records per conversation
+are capped; overflow drops resolved history first and is counted), and pairs a resolution with
+the earliest open obligation of the same id, as the transcript parser does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+__all__ = [
+    "DEFAULT_CONVERSATION",
+    "LedgerSnapshot",
+    "Obligation",
+    "ObligationKind",
+    "ObligationLedger",
+    "ResolutionStatus",
+]
+
+ObligationKind = Literal["tool_call", "transaction", "retry", "commitment"]
+ResolutionStatus = Literal["result", "error", "abandoned"]
+
+DEFAULT_CONVERSATION = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Obligation:
+    """One obligation as the ledger knows it. ``status`` is None while it is open."""
+
+    kind: ObligationKind
+    id: str
+    name: str
+    conversation_id: str
+    sequence: int
+    opened_at_ns: int
+    status: ResolutionStatus | None = None
+    resolved_at_ns: int | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """True until a terminal resolution is recorded."""
+        return self.status is None
+
+    @property
+    def age_seconds(self) -> float:
+        """Seconds from opening to resolution, or to now while open."""
+        end = self.resolved_at_ns if self.resolved_at_ns is not None else time.time_ns()
+        return (end - self.opened_at_ns) / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSnapshot:
+    """An immutable copy of one conversation's records, in the order they were opened."""
+
+    conversation_id: str
+    obligations: tuple[Obligation, ...]
+
+    def open(self) -> tuple[Obligation, ...]:
+        """The obligations still open."""
+        return tuple(o for o in self.obligations if o.is_open)
+
+    def tool_calls(self) -> tuple[Obligation, ...]:
+        """The tool-call records, open or resolved, in emission order."""
+        return tuple(o for o in self.obligations if o.kind == "tool_call")
+
+
+class _Conversation:
+    __slots__ = ("open_by_id", "records")
+
+    def __init__(self) -> None:
+        # sequence -> record, in opening order; open ids map to a FIFO of sequences.
+        self.records: OrderedDict[int, Obligation] = OrderedDict()
+        self.open_by_id: dict[tuple[str, str], deque[int]] = {}
+
+
+class ObligationLedger:
+    """Live obligations per conversation (``gen_ai.conversation.id``).
+
+    Example:
+        >>> ledger = ObligationLedger()
+        >>> _ = ledger.open("conv-1", "tool_call", "call_1", name="search")
+        >>> [o.id for o in ledger.open_obligations("conv-1")]
+        ['call_1']
+        >>> ledger.resolve("conv-1", "call_1").status
+        'result'
+        >>> ledger.open_obligations("conv-1")
+        ()
+    """
+
+    def __init__(
+        self,
+        *,
+        max_conversations: int = 10_000,
+        max_records_per_conversation: int = 10_000,
+        on_overflow: Callable[[Obligation], None] | None = None,
+        on_change: Callable[[Obligation, Obligation | None], None] | None = None,
+    ) -> None:
+        """Create a ledger.
+
+        Args:
+            max_conversations: conversations kept; the least recently touched goes first.
+            max_records_per_conversation: records kept per conversation; resolved ones
+                are dropped before open ones.
+            on_overflow: called (outside the lock) with each open record a bound dropped.
+            on_change: called (outside the lock) with the new record and the one it replaced
+                (None when opening).
+        """
+        self._lock = threading.Lock()
+        self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
+        self._sequence = itertools.count()
+        self._max_conversations = max_conversations
+        self._max_records = max_records_per_conversation
+        self._on_overflow = on_overflow
+        self._on_change = on_change
+
+    def open(
+        self,
+        conversation_id: str | None,
+        kind: ObligationKind,
+        obligation_id: str,
+        *,
+        name: str = "",
+    ) -> Obligation:
+        """Record a new open obligation and return it."""
+        conversation_id = conversation_id or DEFAULT_CONVERSATION
+        record = Obligation(
+            kind=kind,
+            id=obligation_id,
+            name=name,
+            conversation_id=conversation_id,
+            sequence=next(self._sequence),
+            opened_at_ns=time.time_ns(),
+        )
+        dropped: list[Obligation] = []
+        with self._lock:
+            conversation = self._conversation(conversation_id, dropped)
+            conversation.records[record.sequence] = record
+            conversation.open_by_id.setdefault((kind, obligation_id), deque()).append(
+                record.sequence
+            )
+            if len(conversation.records) > self._max_records:
+                lost = self._evict_record(conversation)
+                if lost.is_open:
+                    dropped.append(lost)
+        self._notify(record, None, dropped)
+        return record
+
+    def resolve(
+        self,
+        conversation_id: str | None,
+        obligation_id: str,
+        status: ResolutionStatus = "result",
+        *,
+        kind: ObligationKind = "tool_call",
+    ) -> Obligation | None:
+        """Resolve the earliest open obligation with this id; None if there is none."""
+        conversation_id = conversation_id or DEFAULT_CONVERSATION
+        with self._lock:
+            conversation = self._conversations.get(conversation_id)
+            waiting = conversation.open_by_id.get((kind, obligation_id)) if conversation else None
+            if conversation is None or not waiting:
+                return None
+            sequence = waiting.popleft()
+            if not waiting:
+                del conversation.open_by_id[(kind, obligation_id)]
+            before = conversation.records[sequence]
+            after = replace(before, status=status, resolved_at_ns=time.time_ns())
+            conversation.records[sequence] = after
+        self._notify(after, before, [])
+        return after
+
+    def snapshot(self, conversation_id: str | None) -> LedgerSnapshot:
+        """An immutable copy of the conversation's records."""
+        conversation_id = conversation_id or DEFAULT_CONVERSATION
+        with self._lock:
+            conversation = self._conversations.get(conversation_id)
+            records = tuple(conversation.records.values()) if conversation else ()
+        return LedgerSnapshot(conversation_id, records)
+
+    def open_obligations(self, conversation_id: str | None = None) -> tuple[Obligation, ...]:
+        """Open obligations of one conversation, or of all when `conversation_id` is None."""
+        with self._lock:
+            if conversation_id is None:
+                conversations = list(self._conversations.values())
+            else:
+                found = self._conversations.get(conversation_id)
+                conversations = [found] if found else []
+            return tuple(
+                record
+                for conversation in conversations
+                for record in conversation.records.values()
+                if record.is_open
+            )
+
+    def oldest_open(self) -> Obligation | None:
+        """The open obligation opened earliest, across conversations."""
+        oldest: Obligation | None = None
+        for record in self.open_obligations():
+            if oldest is None or record.opened_at_ns < oldest.opened_at_ns:
+                oldest = record
+        return oldest
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop a finished conversation's records."""
+        with self._lock:
+            self._conversations.pop(conversation_id, None)
+
+    def conversations(self) -> tuple[str, ...]:
+        """Ids of the conversations the ledger holds."""
+        with self._lock:
+            return tuple(self._conversations)
+
+    # -- internals (lock held) ---------------------------------------------------------------
+
+    def _conversation(self, conversation_id: str, dropped: list[Obligation]) -> _Conversation:
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            conversation = self._conversations[conversation_id] = _Conversation()
+            while len(self._conversations) > self._max_conversations:
+                _, evicted = self._conversations.popitem(last=False)
+                dropped.extend(r for r in evicted.records.values() if r.is_open)
+        else:
+            self._conversations.move_to_end(conversation_id)
+        return conversation
+
+    def _evict_record(self, conversation: _Conversation) -> Obligation:
+        for sequence, record in conversation.records.items():
+            if not record.is_open:
+                del conversation.records[sequence]
+                return record
+        sequence, record = conversation.records.popitem(last=False)
+        waiting = conversation.open_by_id.get((record.kind, record.id))
+        if waiting:
+            waiting.remove(sequence)
+            if not waiting:
+                del conversation.open_by_id[(record.kind, record.id)]
+        return record
+
+    def _notify(
+        self, record: Obligation, before: Obligation | None, dropped: list[Obligation]
+    ) -> None:
+        if self._on_change is not None:
+            self._on_change(record, before)
+        if self._on_overflow is not None:
+            for lost in dropped:
+                self._on_overflow(lost)

@@ -1,0 +1,288 @@
+"""Compaction policy: a severity per rule and the patterns the heuristic rules use.
+
+Policies are YAML files validated with pydantic. Three ship with the package (``default``,
+``strict``, ``lenient``); `Policy.load` takes one of those names or a path. Every error names
+the file, the key path inside it and what was expected, so a broken policy is fixed in one look.
+Regular expressions are compiled once, when the policy is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from otel_compaction.errors import PolicyError
+
+__all__ = ["BUILTIN_POLICIES", "RULE_NAMES", "Policy", "Severity", "builtin_policy_dir"]
+
+Severity = Literal["block", "carry", "warn", "off"]
+
+RULE_NAMES: tuple[str, ...] = (
+    "open_tool_call",
+    "orphan_result",
+    "open_transaction",
+    "pending_retry",
+    "dangling_commitment",
+    "null_result",
+    "unresolved_reference",
+    "not_addressable",
+    "ledger_mismatch",
+    "severed_obligation",
+)
+
+BUILTIN_POLICIES: tuple[str, ...] = ("default", "strict", "lenient")
+
+RuleName = Literal[
+    "open_tool_call",
+    "orphan_result",
+    "open_transaction",
+    "pending_retry",
+    "dangling_commitment",
+    "null_result",
+    "unresolved_reference",
+    "not_addressable",
+    "ledger_mismatch",
+    "severed_obligation",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
+
+
+def _scoped(pattern: str) -> str:
+    """``(?i)word`` -> ``(?i:word)``: a leading flag group may only stand at the very start of
+    a whole expression, so each alternative keeps its flags to itself."""
+    match = _GLOBAL_FLAGS.match(pattern)
+    if match is None:
+        return f"(?:{pattern})"
+    return f"(?{match.group(1)}:{pattern[match.end() :]})"
+
+
+def _compile(patterns: list[str]) -> re.Pattern[str] | None:
+    """One alternation for a list, so a rule scans each text once."""
+    if not patterns:
+        return None
+    return re.compile("|".join(_scoped(p) for p in patterns))
+
+
+class _Patterns(_Model):
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_regexes(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for position, pattern in enumerate(value):
+                if isinstance(pattern, str):
+                    try:
+                        re.compile(pattern)
+                    except re.error as exc:
+                        raise ValueError(
+                            f"item {position}: invalid regular expression {pattern!r}: {exc}"
+                        ) from None
+        return value
+
+
+class Severities(_Model):
+    """What each rule's finding does to a span: block it, carry it into the summary,
+    report it, or nothing."""
+
+    open_tool_call: Severity = "block"
+    orphan_result: Severity = "block"
+    open_transaction: Severity = "block"
+    pending_retry: Severity = "block"
+    dangling_commitment: Severity = "block"
+    null_result: Severity = "carry"
+    unresolved_reference: Severity = "carry"
+    not_addressable: Severity = "carry"
+    ledger_mismatch: Severity = "block"
+    severed_obligation: Severity = "block"
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare `off` as false; it can only mean the severity `off`.
+        return "off" if value is False else value
+
+    def of(self, rule: str) -> Severity:
+        """The severity of `rule`."""
+        value: Severity = getattr(self, rule)
+        return value
+
+
+class NullResultPatterns(_Patterns):
+    """How a negative result (empty, not found, error) is recognised."""
+
+    empty: bool = True
+    patterns: list[str] = Field(default_factory=list)
+    ignore_tools: list[str] = Field(default_factory=list)
+
+
+class RetryPatterns(_Patterns):
+    """How a failed call is recognised, and which failures ask to be retried."""
+
+    error: list[str] = Field(default_factory=list)
+    hint: list[str] = Field(default_factory=list)
+
+
+class CommitmentPatterns(_Patterns):
+    """Phrases by which the assistant promises an action; the next tool call discharges one."""
+
+    patterns: list[str] = Field(default_factory=list)
+
+
+class TransactionPatterns(_Patterns):
+    """Tool names that open and close a transaction."""
+
+    begin: list[str] = Field(default_factory=list)
+    end: list[str] = Field(default_factory=list)
+
+
+class IdentifierPatterns(_Patterns):
+    """Shapes of identifiers (codes, ids, paths) that later messages may still refer to."""
+
+    patterns: list[str] = Field(default_factory=list)
+    stopwords: list[str] = Field(default_factory=list)
+
+
+class Patterns(_Model):
+    """Every pattern a heuristic rule uses; none are hard-coded."""
+
+    null_result: NullResultPatterns = NullResultPatterns()
+    retry: RetryPatterns = RetryPatterns()
+    commitment: CommitmentPatterns = CommitmentPatterns()
+    transaction: TransactionPatterns = TransactionPatterns()
+    identifiers: IdentifierPatterns = IdentifierPatterns()
+
+
+class ProtectedHead(_Model):
+    """The head of a transcript that is never compacted (the system prompt)."""
+
+    roles: list[str] = Field(default_factory=lambda: ["system", "developer"])
+    messages: int = Field(default=0, ge=0)
+
+
+class Thresholds(_Model):
+    """Context-budget fractions: compaction is considered above ``trigger`` and is
+    critical (deferral no longer allowed) above ``critical``."""
+
+    trigger: float = Field(default=0.7, gt=0, le=1)
+    critical: float = Field(default=0.9, gt=0, le=1)
+
+
+class Policy(_Model):
+    """A compaction policy. Load one with `Policy.load`; construct one directly in code.
+
+    Example:
+        >>> policy = Policy.load("default")
+        >>> policy.rules.open_tool_call
+        'block'
+    """
+
+    name: str = "custom"
+    description: str = ""
+    rules: Severities = Severities()
+    patterns: Patterns = Patterns()
+    extension_limit: int = Field(default=16, ge=0)
+    protected_head: ProtectedHead = ProtectedHead()
+    archived_relaxes: list[RuleName] = Field(default_factory=list)
+    thresholds: Thresholds = Thresholds()
+
+    # -- compiled patterns (the model is frozen, so caching is safe) ---------------------------
+
+    @cached_property
+    def null_regex(self) -> re.Pattern[str] | None:
+        """Negative-result patterns as one regex."""
+        return _compile(self.patterns.null_result.patterns)
+
+    @cached_property
+    def error_regex(self) -> re.Pattern[str] | None:
+        """Failed-result patterns as one regex."""
+        return _compile(self.patterns.retry.error)
+
+    @cached_property
+    def retry_hint_regex(self) -> re.Pattern[str] | None:
+        """Retry-request patterns as one regex."""
+        return _compile(self.patterns.retry.hint)
+
+    @cached_property
+    def commitment_regex(self) -> re.Pattern[str] | None:
+        """Commitment phrases as one regex."""
+        return _compile(self.patterns.commitment.patterns)
+
+    @cached_property
+    def transaction_begin_regex(self) -> re.Pattern[str] | None:
+        """Tool names opening a transaction."""
+        return _compile(self.patterns.transaction.begin)
+
+    @cached_property
+    def transaction_end_regex(self) -> re.Pattern[str] | None:
+        """Tool names closing a transaction."""
+        return _compile(self.patterns.transaction.end)
+
+    @cached_property
+    def identifier_regex(self) -> re.Pattern[str] | None:
+        """Identifier shapes as one regex."""
+        return _compile(self.patterns.identifiers.patterns)
+
+    def severity(self, rule: str, *, addressable: bool = False) -> Severity:
+        """The severity of `rule`, relaxed from block to carry when the span is archived."""
+        value = self.rules.of(rule)
+        if addressable and value == "block" and rule in self.archived_relaxes:
+            return "carry"
+        return value
+
+    # -- loading -----------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, name_or_path: str | Path = "default") -> Policy:
+        """Load a built-in policy by name or a YAML policy file by path."""
+        text = str(name_or_path)
+        if text in BUILTIN_POLICIES and not Path(text).exists():
+            path = builtin_policy_dir() / f"{text}.yaml"
+        else:
+            path = Path(text)
+            if not path.is_file():
+                raise PolicyError(
+                    f"{text}: no such policy file, and not a built-in policy "
+                    f"({', '.join(BUILTIN_POLICIES)})"
+                )
+        return cls.from_yaml(path.read_text(encoding="utf-8"), source=str(path))
+
+    @classmethod
+    def from_yaml(cls, text: str, *, source: str = "<policy>") -> Policy:
+        """Parse and validate policy YAML; errors name `source`, the key path and the problem."""
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise PolicyError(f"{source}: invalid YAML{where}: {problem}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise PolicyError(f"{source}: expected a mapping at the top, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(part) for part in first["loc"]) or "(top)"
+            more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+            raise PolicyError(f"{source}: {key}: {first['msg']}{more}") from None
+
+
+def builtin_policy_dir() -> Path:
+    """Where the built-in policies live: inside the installed wheel, or the source tree."""
+    packaged = Path(str(resources.files("otel_compaction"))) / "_policies"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "policies"

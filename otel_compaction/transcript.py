@@ -1,0 +1,508 @@
+"""Read agent transcripts into one model: entries, tool calls and their resolutions.
+
+Three wire formats are read, detected per message so a transcript may mix them:
+
+* OpenAI Chat Completions: assistant ``tool_calls`` (with or without the ``function``
+  wrapper), results as ``role: "tool"`` messages carrying ``tool_call_id`` (or ``id``).
+* Anthropic Messages: ``tool_use`` / ``tool_result`` content blocks (``is_error`` marks a
+  failed result); server-side ``*_tool_use`` / ``*_tool_result`` blocks pair the same way.
+* OpenAI Responses items: ``function_call`` / ``function_call_output`` (and the custom and
+  computer tool variants) joined by ``call_id``.
+
+Pairing is exact: a result resolves the earliest still-unanswered call with the same id in an
+earlier message, because real transcripts reuse ids. Parsing is a single pass; the closed
+cuts come from one difference array, so everything here is linear in the transcript size.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from otel_compaction.errors import TranscriptError
+
+__all__ = [
+    "Entry",
+    "ToolCall",
+    "ToolResult",
+    "Transcript",
+    "load_messages",
+]
+
+ResultStatus = Literal["result", "error"]
+
+OPENAI_CHAT: Final = "openai_chat"
+ANTHROPIC: Final = "anthropic_messages"
+OPENAI_RESPONSES: Final = "openai_responses"
+PLAIN: Final = "plain"
+MIXED: Final = "mixed"
+
+_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_RESPONSES_CALLS: Final = {
+    "function_call": "arguments",
+    "custom_tool_call": "input",
+    "computer_call": "action",
+}
+_RESPONSES_OUTPUTS: Final = frozenset(
+    {"function_call_output", "custom_tool_call_output", "computer_call_output"}
+)
+# Responses items that carry no obligation of the client's: text, reasoning, and tools the
+# provider runs and resolves inside the same item.
+_RESPONSES_PASSIVE: Final = frozenset(
+    {
+        "message",
+        "reasoning",
+        "web_search_call",
+        "file_search_call",
+        "image_generation_call",
+        "code_interpreter_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "mcp_approval_response",
+        "item_reference",
+        "compaction",
+    }
+)
+_TEXT_PARTS: Final = frozenset({"text", "input_text", "output_text", "refusal"})
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call emitted by the model.
+
+    ``result`` is the index in `Transcript.results` of its resolution, or None while open.
+    """
+
+    id: str
+    name: str
+    message_index: int
+    arguments: str
+    ordinal: int
+    result: int | None = None
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """One tool result sent back to the model.
+
+    ``call`` is the index in `Transcript.calls` of the call it resolves, or None for an
+    orphan (no earlier unanswered call carries its id).
+    """
+
+    call_id: str
+    message_index: int
+    status: ResultStatus
+    text: str
+    ordinal: int
+    call: int | None = None
+
+
+@dataclass(slots=True)
+class Entry:
+    """One message: its role, detected format, prose text and the calls and results it holds."""
+
+    index: int
+    role: str
+    format: str
+    text: str
+    chars: int
+    calls: list[int] = field(default_factory=list)
+    results: list[int] = field(default_factory=list)
+
+
+class Transcript:
+    """A parsed transcript. Build it with `Transcript.parse` or `Transcript.load`.
+
+    Example:
+        >>> t = Transcript.parse([
+        ...     {"role": "user", "content": "cancel ABC123"},
+        ...     {"role": "assistant", "content": None, "tool_calls": [
+        ...         {"id": "c1", "type": "function",
+        ...          "function": {"name": "cancel", "arguments": "{}"}}]},
+        ...     {"role": "tool", "tool_call_id": "c1", "content": "done"},
+        ... ])
+        >>> t.closed_cuts()
+        [0, 1, 3]
+    """
+
+    __slots__ = ("_closed", "calls", "entries", "format", "messages", "results")
+
+    def __init__(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        entries: list[Entry],
+        calls: list[ToolCall],
+        results: list[ToolResult],
+    ) -> None:
+        self.messages = messages
+        self.entries = entries
+        self.calls = calls
+        self.results = results
+        formats = {e.format for e in entries if e.format != PLAIN}
+        self.format = formats.pop() if len(formats) == 1 else (MIXED if formats else PLAIN)
+        self._closed = _closed_cuts(len(entries), calls, results)
+
+    @classmethod
+    def parse(cls, messages: Iterable[Any]) -> Transcript:
+        """Parse messages of any supported format; raise `TranscriptError` naming the message."""
+        if isinstance(messages, (str, bytes, Mapping)):
+            raise TranscriptError(f"expected a list of messages, got {type(messages).__name__}")
+        return _Parser().run(list(messages))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Transcript:
+        """Read a JSON list, an object with ``messages``, or JSONL from a file (``-`` is stdin)."""
+        return cls.parse(load_messages(path))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def is_closed(self, cut: int) -> bool:
+        """True when no call before `cut` lacks its resolution before `cut`."""
+        return bool(self._closed[cut])
+
+    def closed_cuts(self) -> list[int]:
+        """Every closed cut, 0 through ``len(self)``, ascending."""
+        return [i for i, closed in enumerate(self._closed) if closed]
+
+    def open_calls(self) -> list[ToolCall]:
+        """Calls that never receive a result in this transcript."""
+        return [c for c in self.calls if c.result is None]
+
+    def orphan_results(self) -> list[ToolResult]:
+        """Results with no earlier unanswered call of the same id."""
+        return [r for r in self.results if r.call is None]
+
+    def result_of(self, call: ToolCall) -> ToolResult | None:
+        """The resolution of `call`, if it is in the transcript."""
+        return None if call.result is None else self.results[call.result]
+
+    def call_of(self, result: ToolResult) -> ToolCall | None:
+        """The call `result` resolves, if it is in the transcript."""
+        return None if result.call is None else self.calls[result.call]
+
+
+def _closed_cuts(n: int, calls: list[ToolCall], results: list[ToolResult]) -> bytearray:
+    # A call at message m resolved at message r keeps cuts m+1..r open; never resolved, m+1..n.
+    delta = [0] * (n + 2)
+    for call in calls:
+        delta[call.message_index + 1] += 1
+        end = n + 1 if call.result is None else results[call.result].message_index + 1
+        delta[end] -= 1
+    closed = bytearray(n + 1)
+    depth = 0
+    for cut in range(n + 1):
+        depth += delta[cut]
+        closed[cut] = depth == 0
+    return closed
+
+
+def _text(content: Any) -> str:
+    """Flatten message or result content (string, parts, blocks) into plain text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        pieces: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                pieces.append(part)
+            elif isinstance(part, Mapping):
+                kind = part.get("type")
+                if kind in _TEXT_PARTS or (kind is None and "text" in part):
+                    value = part.get("text", part.get("refusal", ""))
+                    pieces.append(value if isinstance(value, str) else _dump(value))
+                elif kind == "tool_result" or kind in _RESPONSES_OUTPUTS:
+                    pieces.append(_text(part.get("content", part.get("output"))))
+        return "\n".join(pieces)
+    return _dump(content)
+
+
+def _dump(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _require_id(value: Any, what: str, index: int) -> str:
+    if isinstance(value, str) and value:
+        return value
+    if value is None or value == "":
+        raise TranscriptError(f"{what} has no id", message_index=index)
+    raise TranscriptError(
+        f"{what} has an id of type {type(value).__name__}, expected a string",
+        message_index=index,
+    )
+
+
+class _Parser:
+    """One pass over the messages; results are paired as they are met."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.calls: list[ToolCall] = []
+        self.results: list[ToolResult] = []
+        self.unanswered: dict[str, deque[int]] = {}
+
+    def run(self, messages: list[Any]) -> Transcript:
+        for index, message in enumerate(messages):
+            if not isinstance(message, Mapping):
+                raise TranscriptError(
+                    f"expected a message object, got {type(message).__name__}",
+                    message_index=index,
+                )
+            self._message(index, message)
+        return Transcript(messages, self.entries, self.calls, self.results)
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def _call(self, entry: Entry, call_id: str, name: Any, arguments: Any) -> None:
+        ordinal = len(self.calls)
+        self.calls.append(
+            ToolCall(
+                id=call_id,
+                name=name if isinstance(name, str) else "",
+                message_index=entry.index,
+                arguments=_dump(arguments) if arguments is not None else "",
+                ordinal=ordinal,
+            )
+        )
+        entry.calls.append(ordinal)
+        entry.chars += len(self.calls[-1].arguments)
+
+    def _result(self, entry: Entry, call_id: str, content: Any, error: bool) -> None:
+        ordinal = len(self.results)
+        result = ToolResult(
+            call_id=call_id,
+            message_index=entry.index,
+            status="error" if error else "result",
+            text=_text(content),
+            ordinal=ordinal,
+        )
+        waiting = self.unanswered.get(call_id)
+        if waiting:
+            result.call = waiting.popleft()
+            self.calls[result.call].result = ordinal
+        self.results.append(result)
+        entry.results.append(ordinal)
+        entry.chars += len(result.text)
+
+    def _release(self, entry: Entry) -> None:
+        # Calls become answerable only by later messages.
+        for ordinal in entry.calls:
+            self.unanswered.setdefault(self.calls[ordinal].id, deque()).append(ordinal)
+
+    # -- formats -----------------------------------------------------------------------------
+
+    def _message(self, index: int, message: Mapping[str, Any]) -> None:
+        kind = message.get("type")
+        if isinstance(kind, str) and ("role" not in message or kind != "message"):
+            self._responses_item(index, kind, message)
+        elif "role" in message:
+            self._role_message(index, message)
+        else:
+            keys = ", ".join(sorted(str(k) for k in message)[:8]) or "none"
+            raise TranscriptError(
+                "unknown message shape: expected a 'role' (Chat Completions, Anthropic) or "
+                f"a Responses item 'type'; keys present: {keys}",
+                message_index=index,
+            )
+
+    def _role_message(self, index: int, message: Mapping[str, Any]) -> None:
+        role = message.get("role")
+        if not isinstance(role, str) or role not in _ROLES:
+            raise TranscriptError(
+                f"unknown role {role!r}; expected one of {', '.join(sorted(_ROLES))}",
+                message_index=index,
+            )
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise TranscriptError(
+                f"'content' must be a string, a list of parts or null, "
+                f"got {type(content).__name__}",
+                message_index=index,
+            )
+        entry = Entry(index=index, role=role, format=PLAIN, text="", chars=0)
+        self.entries.append(entry)
+        if role == "tool":
+            entry.format = OPENAI_CHAT
+            call_id = message.get("tool_call_id", message.get("id"))
+            call_id = _require_id(call_id, "tool result ('tool_call_id')", index)
+            self._result(entry, call_id, content, message.get("error") is True)
+            return
+        prose: list[str] = []
+        if isinstance(content, str):
+            prose.append(content)
+        elif isinstance(content, list):
+            self._blocks(entry, content, prose)
+        tool_calls = message.get("tool_calls")
+        if tool_calls is not None:
+            self._chat_tool_calls(entry, tool_calls)
+        entry.text = "\n".join(prose)
+        entry.chars += len(entry.text)
+        self._release(entry)
+
+    def _blocks(self, entry: Entry, blocks: list[Any], prose: list[str]) -> None:
+        for position, block in enumerate(blocks):
+            if isinstance(block, str):
+                prose.append(block)
+                continue
+            if not isinstance(block, Mapping):
+                raise TranscriptError(
+                    f"content[{position}] must be an object or a string, "
+                    f"got {type(block).__name__}",
+                    message_index=entry.index,
+                )
+            kind = block.get("type")
+            if kind in _TEXT_PARTS:
+                prose.append(_text([block]))
+                if kind in ("input_text", "output_text") and entry.format == PLAIN:
+                    entry.format = OPENAI_RESPONSES
+            elif isinstance(kind, str) and kind.endswith("tool_use"):
+                entry.format = ANTHROPIC
+                call_id = _require_id(block.get("id"), f"content[{position}] ({kind})", entry.index)
+                self._call(entry, call_id, block.get("name"), block.get("input"))
+            elif isinstance(kind, str) and kind.endswith("tool_result"):
+                entry.format = ANTHROPIC
+                call_id = _require_id(
+                    block.get("tool_use_id"), f"content[{position}] ({kind})", entry.index
+                )
+                error = block.get("is_error") is True or _is_error_payload(block.get("content"))
+                self._result(entry, call_id, block.get("content"), error)
+
+    def _chat_tool_calls(self, entry: Entry, tool_calls: Any) -> None:
+        if not isinstance(tool_calls, list):
+            raise TranscriptError(
+                f"'tool_calls' must be a list, got {type(tool_calls).__name__}",
+                message_index=entry.index,
+            )
+        for position, raw in enumerate(tool_calls):
+            if not isinstance(raw, Mapping):
+                raise TranscriptError(
+                    f"tool_calls[{position}] must be an object, got {type(raw).__name__}",
+                    message_index=entry.index,
+                )
+            call_id = _require_id(raw.get("id"), f"tool_calls[{position}]", entry.index)
+            wrapper = raw.get("function") or raw.get("custom")
+            if isinstance(wrapper, Mapping):
+                name, arguments = (
+                    wrapper.get("name"),
+                    wrapper.get("arguments", wrapper.get("input")),
+                )
+            else:
+                name, arguments = raw.get("name"), raw.get("arguments")
+            if not isinstance(name, str) or not name:
+                raise TranscriptError(
+                    f"tool_calls[{position}] has no function name", message_index=entry.index
+                )
+            entry.format = OPENAI_CHAT
+            self._call(entry, call_id, name, arguments)
+
+    def _responses_item(self, index: int, kind: str, item: Mapping[str, Any]) -> None:
+        entry = Entry(index=index, role="assistant", format=OPENAI_RESPONSES, text="", chars=0)
+        if kind in _RESPONSES_CALLS:
+            self.entries.append(entry)
+            call_id = _require_id(item.get("call_id"), kind, index)
+            self._call(entry, call_id, item.get("name", kind), item.get(_RESPONSES_CALLS[kind]))
+            self._release(entry)
+        elif kind in _RESPONSES_OUTPUTS:
+            entry.role = "tool"
+            self.entries.append(entry)
+            call_id = _require_id(item.get("call_id"), kind, index)
+            output = item.get("output")
+            self._result(entry, call_id, output, _is_error_payload(output))
+        elif kind in _RESPONSES_PASSIVE:
+            role = item.get("role", "assistant")
+            entry.role = role if isinstance(role, str) and role in _ROLES else "assistant"
+            self.entries.append(entry)
+            entry.text = _text(item.get("content", item.get("summary")))
+            entry.chars = len(entry.text)
+        else:
+            raise TranscriptError(f"unknown Responses item type {kind!r}", message_index=index)
+
+
+def _is_error_payload(output: Any) -> bool:
+    return isinstance(output, Mapping) and output.get("type") == "error"
+
+
+def load_messages(path: str | Path) -> list[Any]:
+    """Read the messages of a transcript file: a JSON list, ``{"messages": [...]}`` or JSONL.
+
+    ``-`` reads standard input. Errors name the file and, for JSON, the line and column.
+    """
+    import sys
+
+    name = str(path)
+    if name == "-":
+        raw = sys.stdin.read()
+        name = "<stdin>"
+    else:
+        try:
+            raw = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise TranscriptError(f"{name}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TranscriptError(f"{name}: cannot read: {exc}") from None
+    return parse_messages_text(raw, name)
+
+
+def parse_messages_text(raw: str, name: str = "<input>") -> list[Any]:
+    """Decode transcript text (JSON list, object with ``messages``, or JSONL)."""
+    text = raw.strip()
+    if not text:
+        raise TranscriptError(f"{name}: empty input; expected a JSON list of messages")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if "\n" in text and text.startswith("{"):
+            return _jsonl(text, name)
+        raise TranscriptError(
+            f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    return _messages_of(document, name)
+
+
+def _jsonl(text: str, name: str) -> list[Any]:
+    messages: list[Any] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            messages.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise TranscriptError(
+                f"{name}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
+            ) from None
+    return messages
+
+
+def _messages_of(document: Any, name: str) -> list[Any]:
+    if isinstance(document, list):
+        return document
+    if isinstance(document, Mapping):
+        if "messages" in document:
+            messages = document["messages"]
+            if not isinstance(messages, list):
+                raise TranscriptError(
+                    f"{name}: 'messages' must be a list, got {type(messages).__name__}"
+                )
+            return messages
+        if "role" in document or "type" in document:
+            return [document]
+        raise TranscriptError(
+            f"{name}: expected a list of messages, an object with 'messages', or JSONL; "
+            "got an object without 'messages'"
+        )
+    raise TranscriptError(
+        f"{name}: expected a list of messages, an object with 'messages', or JSONL; "
+        f"got {type(document).__name__}"
+    )

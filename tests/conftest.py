@@ -1,0 +1,94 @@
+"""Shared fixtures: locate and load the real agent transcript corpus.
+
+The corpus lives in ``shared/data/transcripts`` next to the repository root
+(``<repo>/../shared/data/transcripts``); set ``OTEL_COMPACTION_CORPUS`` to use
+another directory. Each ``*/transcripts.jsonl`` file under it holds one record
+per line: ``{"source", "id", "format", "messages": [...], ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+CORPUS_ENV = "OTEL_COMPACTION_CORPUS"
+"""Environment variable that overrides the corpus directory."""
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""Root of this repository (the directory holding ``pyproject.toml``)."""
+
+DEFAULT_CORPUS_DIR = REPO_ROOT.parent / "shared" / "data" / "transcripts"
+"""Corpus location used when ``OTEL_COMPACTION_CORPUS`` is not set."""
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """One transcript record from the corpus."""
+
+    source: str
+    id: str
+    format: str
+    messages: list[dict[str, Any]]
+
+    @property
+    def label(self) -> str:
+        """Human-readable name used in assertion messages."""
+        return f"{self.source}:{self.id}"
+
+
+def corpus_dir() -> Path:
+    """Return the corpus directory (env override first, then the default)."""
+    override = os.environ.get(CORPUS_ENV)
+    return Path(override) if override else DEFAULT_CORPUS_DIR
+
+
+def running_in_ci() -> bool:
+    """Return True when the ``CI`` environment variable is ``true``."""
+    return os.environ.get("CI", "").strip().lower() == "true"
+
+
+def load_corpus(directory: Path) -> list[Transcript]:
+    """Read every ``*/transcripts.jsonl`` under *directory*, sorted by file name."""
+    transcripts: list[Transcript] = []
+    for path in sorted(directory.glob("*/transcripts.jsonl")):
+        with path.open(encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+                where = f"{path.name} line {line_no} in {path.parent.name}"
+                assert isinstance(record, dict), f"{where}: record is not an object"
+                source, ident = record.get("source"), record.get("id")
+                fmt, messages = record.get("format"), record.get("messages")
+                assert isinstance(source, str), f"{where}: bad 'source'"
+                assert isinstance(ident, str), f"{where}: bad 'id'"
+                assert isinstance(fmt, str), f"{where}: bad 'format'"
+                assert isinstance(messages, list), f"{where}: bad 'messages'"
+                assert all(isinstance(m, dict) for m in messages), f"{where}: non-object message"
+                transcripts.append(Transcript(source, ident, fmt, messages))
+    return transcripts
+
+
+def _unavailable(reason: str) -> NoReturn:
+    """Fail under CI (which must never skip silently); skip anywhere else."""
+    if running_in_ci():
+        pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def corpus() -> list[Transcript]:
+    """All transcripts of the corpus; skips (or fails under CI) when it is absent."""
+    directory = corpus_dir()
+    hint = f"set {CORPUS_ENV} or place the corpus at ../shared/data/transcripts"
+    if not directory.is_dir():
+        _unavailable(f"transcript corpus not found at {directory}; {hint}")
+    transcripts = load_corpus(directory)
+    if not transcripts:
+        _unavailable(f"no */transcripts.jsonl records under {directory}; {hint}")
+    return transcripts
