@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
@@ -24,10 +25,13 @@ __all__ = ["main"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_REFUSED = 0, 1, 2, 3
 
+EXAMPLE_TRANSCRIPT = Path(__file__).resolve().parent / "examples" / "deploy_agent.json"
+
 _EPILOG = """\
 exit status: 0 compact or clean, 1 defer or findings, 3 refuse, 2 unusable input
 
 examples:
+  otel-compaction check --example --span 1:12
   otel-compaction check transcript.json
   otel-compaction check run.jsonl --span 1:40 --format json
   otel-compaction check - --span 1:40 --critical --policy strict < transcript.json
@@ -55,7 +59,14 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_EPILOG,
     )
-    check.add_argument("path", metavar="PATH", help="transcript file, or - for stdin")
+    check.add_argument(
+        "path", metavar="PATH", nargs="?", help="transcript file, or - for stdin"
+    )
+    check.add_argument(
+        "--example",
+        action="store_true",
+        help="check the bundled example transcript (a deployment agent with a call in flight)",
+    )
     check.add_argument(
         "--span",
         metavar="START:END",
@@ -106,6 +117,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     except RecursionError:
         print("otel-compaction: error: input is nested too deeply", file=sys.stderr)
         return EXIT_INPUT
+    except BrokenPipeError:  # the reader went away (| head); nothing left to say
+        sys.stderr.close()
+        return EXIT_OK
 
 
 def _span(text: str) -> tuple[int, int | None]:
@@ -119,6 +133,10 @@ def _span(text: str) -> tuple[int, int | None]:
 
 
 def _check(args: argparse.Namespace, out: TextIO) -> int:
+    if (args.path is None) == (not args.example):
+        raise CompactionError("check: give a transcript PATH ('-' for stdin) or --example")
+    if args.example:
+        args.path = str(EXAMPLE_TRANSCRIPT)
     policy = Policy.load(args.policy)
     span = _span(args.span) if args.span else None
     transcript = Transcript.parse(load_messages(args.path))

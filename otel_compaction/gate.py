@@ -1,6 +1,6 @@
 """The compaction gate: compact, extend, defer or refuse, before any compaction happens.
 
-`CompactionGate.evaluate` is the first seed's decision boundary made exact:
+`CompactionGate.evaluate` is the obligation-closure decision made exact:
 
 1. A pairing break (or any blocking obligation) whose resolution exists later in the
    transcript: extend the span's end forward to the first cut that closes them, within the
@@ -41,8 +41,8 @@ _log = logging.getLogger(__name__)
 
 Action = Literal["compact", "defer", "refuse"]
 
-# Rules whose blocking findings are obligations in the first seed's sense; the others are the
-# second seed's liveness conditions and refuse with LiveSpanCompactionError.
+# Rules whose blocking findings are obligations (something is still owed); the others are
+# quiescence conditions and refuse with LiveSpanCompactionError.
 _OBLIGATION_RULES = frozenset(
     {
         "open_tool_call",
@@ -159,7 +159,7 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 
 def refusal_error(decision: Decision) -> CompactionRefused:
-    """The seed-named refusal for `decision`: obligations first, liveness otherwise."""
+    """The named refusal for `decision`: obligations first, liveness otherwise."""
     rules = {f.rule for f in decision.blocking}
     if rules & _OBLIGATION_RULES or not rules:
         return OpenObligationError(decision)

@@ -102,7 +102,7 @@ def _detail(tracked: Tracked, what: str, end: int) -> str:
 
 
 def open_tool_call(view: SpanView) -> list[Finding]:
-    """A tool call in the span without its result in the span (seed 1's invariant)."""
+    """A tool call in the span without its result in the span."""
     return _unclosed(view, "open_tool_call", "tool call")
 
 
