@@ -14,6 +14,7 @@ Example:
 """
 
 from otel_compaction.analysis import Analysis
+from otel_compaction.context import conversation, current_conversation_id
 from otel_compaction.errors import (
     CompactionError,
     CompactionRefused,
@@ -24,29 +25,49 @@ from otel_compaction.errors import (
 )
 from otel_compaction.gate import CompactionGate, Decision, MustCarry, SpanError
 from otel_compaction.ledger import LedgerSnapshot, Obligation, ObligationLedger
+from otel_compaction.metrics import CompactionMetrics
 from otel_compaction.policy import Policy
 from otel_compaction.rules import Finding, ObligationRef
+from otel_compaction.telemetry import DecisionTelemetry, Telemetry, configure
+from otel_compaction.tracing import (
+    LedgerSpanProcessor,
+    ObligationSampler,
+    RetryChain,
+    ToolCallHandle,
+    ToolCallRecorder,
+)
 from otel_compaction.transcript import Transcript
 
 __all__ = [
     "Analysis",
     "CompactionError",
     "CompactionGate",
+    "CompactionMetrics",
     "CompactionRefused",
     "Decision",
+    "DecisionTelemetry",
     "Finding",
     "LedgerSnapshot",
+    "LedgerSpanProcessor",
     "LiveSpanCompactionError",
     "MustCarry",
     "Obligation",
     "ObligationLedger",
     "ObligationRef",
+    "ObligationSampler",
     "OpenObligationError",
     "Policy",
     "PolicyError",
+    "RetryChain",
     "SpanError",
+    "Telemetry",
+    "ToolCallHandle",
+    "ToolCallRecorder",
     "Transcript",
     "TranscriptError",
+    "configure",
+    "conversation",
+    "current_conversation_id",
 ]
 
 __version__ = "0.1.0"

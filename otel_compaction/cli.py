@@ -59,9 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_EPILOG,
     )
-    check.add_argument(
-        "path", metavar="PATH", nargs="?", help="transcript file, or - for stdin"
-    )
+    check.add_argument("path", metavar="PATH", nargs="?", help="transcript file, or - for stdin")
     check.add_argument(
         "--example",
         action="store_true",

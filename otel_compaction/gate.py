@@ -19,11 +19,13 @@ failure is logged and never changes a decision.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from otel_compaction.analysis import Analysis, Negative
+from otel_compaction.context import current_conversation_id
 from otel_compaction.errors import (
     CompactionError,
     CompactionRefused,
@@ -166,7 +168,8 @@ def refusal_error(decision: Decision) -> CompactionRefused:
     return LiveSpanCompactionError(decision)
 
 
-Observer = Callable[[Decision, Analysis], None]
+Observer = Callable[[Decision, Analysis, int], None]
+"""Called with the decision, the analysis it came from, and when evaluation began (ns)."""
 
 
 class CompactionGate:
@@ -203,7 +206,7 @@ class CompactionGate:
         self._observers: list[Observer] = []
 
     def add_observer(self, observer: Observer) -> None:
-        """Call `observer` with every decision and the analysis it was made from."""
+        """Call `observer(decision, analysis, started_ns)` after every evaluation."""
         self._observers.append(observer)
 
     def analyse(
@@ -212,11 +215,12 @@ class CompactionGate:
         *,
         conversation_id: str | None = None,
     ) -> Analysis:
-        """Parse (if needed) and analyse `transcript` against the conversation's ledger."""
+        """Parse (if needed) and analyse `transcript` against the conversation's ledger
+        (`conversation_id`, else the current conversation scope)."""
         parsed = transcript if isinstance(transcript, Transcript) else Transcript.parse(transcript)
         snapshot = None
         if self.ledger is not None:
-            snapshot = self.ledger.snapshot(conversation_id)
+            snapshot = self.ledger.snapshot(conversation_id or current_conversation_id())
         return Analysis.build(parsed, self.policy, snapshot)
 
     def evaluate(
@@ -237,7 +241,8 @@ class CompactionGate:
             start: first message of the requested span (raised to the protected head).
             end: one past the last message of the requested span.
             critical: the budget is critical: no deferral, compact the span or refuse.
-            conversation_id: the conversation whose ledger is cross-checked.
+            conversation_id: the conversation whose ledger is cross-checked; the current
+                conversation scope when None.
             addressable: the span will be archived verbatim (reversible compaction).
             raise_on_refuse: raise the refusal (the default) instead of returning it.
 
@@ -246,6 +251,8 @@ class CompactionGate:
                 `raise_on_refuse`), as `OpenObligationError` or `LiveSpanCompactionError`.
             SpanError: the span is empty, out of range or inside the protected head.
         """
+        started_ns = time.time_ns()
+        conversation_id = conversation_id or current_conversation_id()
         analysis = (
             transcript
             if isinstance(transcript, Analysis)
@@ -261,7 +268,7 @@ class CompactionGate:
         )
         for observer in self._observers:
             try:
-                observer(decision, analysis)
+                observer(decision, analysis, started_ns)
             except Exception:  # an observer must never change a decision
                 _log.exception("otel-compaction: decision observer failed")
         if raise_on_refuse:

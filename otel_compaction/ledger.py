@@ -9,6 +9,7 @@ the earliest open obligation of the same id, as the transcript parser does.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import OrderedDict, deque
@@ -29,6 +30,8 @@ ObligationKind = Literal["tool_call", "transaction", "retry", "commitment"]
 ResolutionStatus = Literal["result", "error", "abandoned"]
 
 DEFAULT_CONVERSATION = ""
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +121,23 @@ class ObligationLedger:
         self._sequence = itertools.count()
         self._max_conversations = max_conversations
         self._max_records = max_records_per_conversation
-        self._on_overflow = on_overflow
-        self._on_change = on_change
+        self._change_listeners: list[Callable[[Obligation, Obligation | None], None]] = []
+        self._overflow_listeners: list[Callable[[Obligation], None]] = []
+        self.subscribe(on_change=on_change, on_overflow=on_overflow)
+
+    def subscribe(
+        self,
+        *,
+        on_change: Callable[[Obligation, Obligation | None], None] | None = None,
+        on_overflow: Callable[[Obligation], None] | None = None,
+    ) -> None:
+        """Add listeners: `on_change(new, old)` on every open and resolve (old is None when
+        opening), `on_overflow(record)` for each open record a bound dropped. Listeners run
+        outside the lock; one that raises is logged and does not stop the others."""
+        if on_change is not None:
+            self._change_listeners.append(on_change)
+        if on_overflow is not None:
+            self._overflow_listeners.append(on_overflow)
 
     def open(
         self,
@@ -176,6 +194,33 @@ class ObligationLedger:
             conversation.records[sequence] = after
         self._notify(after, before, [])
         return after
+
+    def rekey(
+        self,
+        conversation_id: str | None,
+        old_id: str,
+        new_id: str,
+        *,
+        kind: ObligationKind = "tool_call",
+    ) -> Obligation | None:
+        """Give the earliest open obligation `old_id` its real id (an instrumentation may learn
+        a call's id only when the call ends)."""
+        conversation_id = conversation_id or DEFAULT_CONVERSATION
+        with self._lock:
+            conversation = self._conversations.get(conversation_id)
+            waiting = conversation.open_by_id.get((kind, old_id)) if conversation else None
+            if conversation is None or not waiting:
+                return None
+            sequence = waiting.popleft()
+            if not waiting:
+                del conversation.open_by_id[(kind, old_id)]
+            record = replace(conversation.records[sequence], id=new_id)
+            conversation.records[sequence] = record
+            queue = conversation.open_by_id.setdefault((kind, new_id), deque())
+            queue.append(sequence)
+            if len(queue) > 1:  # keep the FIFO in opening order
+                conversation.open_by_id[(kind, new_id)] = deque(sorted(queue))
+            return record
 
     def snapshot(self, conversation_id: str | None) -> LedgerSnapshot:
         """An immutable copy of the conversation's records."""
@@ -247,8 +292,14 @@ class ObligationLedger:
     def _notify(
         self, record: Obligation, before: Obligation | None, dropped: list[Obligation]
     ) -> None:
-        if self._on_change is not None:
-            self._on_change(record, before)
-        if self._on_overflow is not None:
-            for lost in dropped:
-                self._on_overflow(lost)
+        for listener in self._change_listeners:
+            try:
+                listener(record, before)
+            except Exception:
+                _log.exception("otel-compaction: ledger listener failed")
+        for lost in dropped:
+            for overflow in self._overflow_listeners:
+                try:
+                    overflow(lost)
+                except Exception:
+                    _log.exception("otel-compaction: ledger overflow listener failed")

@@ -1,0 +1,80 @@
+"""Every span, event, attribute and metric name this package emits, in one place.
+
+GenAI semantic-convention names are reused where they exist (``gen_ai.*``, ``error.type``);
+this package's own names live under ``compaction.*``. No other module spells a telemetry name.
+Metric attributes never carry call or conversation ids (cardinality).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- instrumentation scope --------------------------------------------------------------------
+SCOPE: Final = "otel_compaction"
+
+# -- GenAI semantic conventions -----------------------------------------------------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+ERROR_TYPE: Final = "error.type"
+
+EXECUTE_TOOL: Final = "execute_tool"
+"""``gen_ai.operation.name`` of a tool execution; tool-call spans are ``execute_tool {tool}``."""
+
+CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+# -- span names ---------------------------------------------------------------------------------
+TOOL_RESULT_SPAN: Final = "tool_result"
+"""A result's own span, ``tool_result {tool}``, linked to its call span."""
+EVALUATE_SPAN: Final = "compaction.evaluate"
+"""One span per gate evaluation."""
+TRANSACTION_SPAN: Final = "compaction.transaction"
+RETRY_SPAN: Final = "compaction.retry"
+
+# -- this package's attributes ----------------------------------------------------------------
+OBLIGATION_KIND: Final = "compaction.obligation.kind"
+OBLIGATION_STATUS: Final = "compaction.obligation.status"
+OBLIGATION_ID: Final = "compaction.obligation.id"
+OBLIGATION_IDS: Final = "compaction.obligation.ids"
+OBLIGATION_KINDS: Final = "compaction.obligation.kinds"
+RETRY_ATTEMPT: Final = "compaction.retry.attempt"
+ABANDON_REASON: Final = "compaction.abandon.reason"
+
+ACTION: Final = "compaction.action"
+RULE: Final = "compaction.rule"
+RULES: Final = "compaction.rules"
+POLICY: Final = "compaction.policy"
+CRITICAL: Final = "compaction.critical"
+EXTENDED: Final = "compaction.extended"
+SPAN_START: Final = "compaction.span.start"
+SPAN_END: Final = "compaction.span.end"
+REQUESTED_START: Final = "compaction.requested.start"
+REQUESTED_END: Final = "compaction.requested.end"
+MESSAGES: Final = "compaction.transcript.messages"
+HELD_TOKENS: Final = "compaction.tokens.held"
+MUST_CARRY_IDENTIFIERS: Final = "compaction.must_carry.identifiers"
+MUST_CARRY_NEGATIVES: Final = "compaction.must_carry.negatives"
+
+# -- events -------------------------------------------------------------------------------------
+EVENT_COMPACTED: Final = "compaction.compacted"
+EVENT_EXTENDED: Final = "compaction.extended"
+EVENT_DEFERRED: Final = "compaction.deferred"
+EVENT_REFUSED: Final = "compaction.refused"
+EVENT_ABANDONED: Final = "compaction.obligation.abandoned"
+EVENT_RETRY_ATTEMPT: Final = "compaction.retry.attempt"
+
+# -- metrics --------------------------------------------------------------------------------------
+METRIC_OPEN_OBLIGATIONS: Final = "compaction.obligations.open"
+METRIC_OBLIGATION_AGE: Final = "compaction.obligation.age"
+METRIC_OLDEST_OBLIGATION_AGE: Final = "compaction.obligation.oldest_age"
+METRIC_DECISIONS: Final = "compaction.decisions"
+METRIC_HELD_TOKENS: Final = "compaction.deferral.held_tokens"
+METRIC_DUPLICATE_CALLS: Final = "compaction.tool_calls.duplicate"
+METRIC_SEVERED: Final = "compaction.obligations.severed"
+METRIC_LEDGER_OVERFLOW: Final = "compaction.ledger.overflow"
+METRIC_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"

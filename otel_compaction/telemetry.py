@@ -1,0 +1,301 @@
+"""Wiring: providers from the standard ``OTEL_*`` environment, the ledger, the recorder, and
+the gate's decisions as spans, events and metrics.
+
+`configure()` is the one call an application makes. When the application (or
+``opentelemetry-instrument``) already set SDK providers, it attaches to them: the ledger's span
+processor is added to the tracer provider. Otherwise it creates providers that export over
+OTLP as the ``OTEL_*`` variables say (``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``,
+``OTEL_EXPORTER_OTLP_PROTOCOL``, ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_TRACES_SAMPLER``...),
+with the obligation sampler around the configured sampler. Exporters being down changes
+nothing in decisions: the gate and the ledger depend on no backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+)
+from opentelemetry.sdk.trace.sampling import Sampler, _get_from_env_or_default
+from opentelemetry.trace import SpanKind, TracerProvider
+
+from otel_compaction import semconv
+from otel_compaction.analysis import Analysis
+from otel_compaction.gate import CompactionGate, Decision
+from otel_compaction.ledger import ObligationLedger
+from otel_compaction.metrics import CompactionMetrics
+from otel_compaction.policy import Policy
+from otel_compaction.tracing import LedgerSpanProcessor, ObligationSampler, ToolCallRecorder
+
+__all__ = ["DecisionTelemetry", "Telemetry", "configure"]
+
+_log = logging.getLogger(__name__)
+
+_EVENT_OF_ACTION = {
+    "compact": semconv.EVENT_COMPACTED,
+    "defer": semconv.EVENT_DEFERRED,
+    "refuse": semconv.EVENT_REFUSED,
+}
+_CHARS_PER_TOKEN = 4
+
+
+class DecisionTelemetry:
+    """A gate observer: one ``compaction.evaluate`` span per decision, an event named for the
+    action (``compaction.extended`` too when the span was extended) with the rule names and
+    obligation ids, and the decision metrics."""
+
+    def __init__(self, tracer_provider: TracerProvider, metrics: CompactionMetrics) -> None:
+        from otel_compaction import __version__
+
+        self._tracer = tracer_provider.get_tracer(semconv.SCOPE, __version__)
+        self._metrics = metrics
+
+    def __call__(self, decision: Decision, analysis: Analysis, started_ns: int) -> None:
+        rules = _rules(decision)
+        attributes: dict[str, Any] = {
+            semconv.ACTION: decision.action,
+            semconv.POLICY: decision.policy,
+            semconv.CRITICAL: decision.critical,
+            semconv.EXTENDED: decision.extended,
+            semconv.SPAN_START: decision.span[0],
+            semconv.SPAN_END: decision.span[1],
+            semconv.REQUESTED_START: decision.requested[0],
+            semconv.REQUESTED_END: decision.requested[1],
+            semconv.MESSAGES: len(analysis.transcript),
+            semconv.MUST_CARRY_IDENTIFIERS: len(decision.must_carry.identifiers),
+            semconv.MUST_CARRY_NEGATIVES: len(decision.must_carry.negatives),
+        }
+        if decision.conversation_id:
+            attributes[semconv.GEN_AI_CONVERSATION_ID] = decision.conversation_id
+        event: dict[str, Any] = {
+            semconv.RULES: rules,
+            semconv.OBLIGATION_IDS: [ref.id for ref in decision.obligations],
+            semconv.OBLIGATION_KINDS: [ref.kind for ref in decision.obligations],
+            semconv.SPAN_START: decision.span[0],
+            semconv.SPAN_END: decision.span[1],
+        }
+        span = self._tracer.start_span(
+            semconv.EVALUATE_SPAN, kind=SpanKind.INTERNAL, attributes=attributes,
+            start_time=started_ns,
+        )  # fmt: skip
+        if decision.extended:
+            span.add_event(semconv.EVENT_EXTENDED, event)
+        span.add_event(_EVENT_OF_ACTION[decision.action], event)
+        if decision.action == "defer":
+            held = _held_tokens(analysis, decision)
+            span.set_attribute(semconv.HELD_TOKENS, held)
+            self._metrics.held_tokens.add(held)
+        span.end()
+        first = rules[0] if decision.action != "compact" and rules else "none"
+        self._metrics.decisions.add(1, {semconv.ACTION: decision.action, semconv.RULE: first})
+        severed = sum(1 for f in decision.findings if f.rule == "severed_obligation")
+        if severed:
+            self._metrics.severed.add(severed, {semconv.RULE: "severed_obligation"})
+
+
+def _rules(decision: Decision) -> list[str]:
+    """The rules behind a decision: those that made the span live for a deferral or refusal
+    (first blocking position first), those the summary must honour for a compaction."""
+    if decision.action == "compact":
+        return sorted({f.rule for f in decision.findings})
+    live = [f for f in decision.findings if f.obligation in decision.obligations]
+    if decision.action == "defer":  # the findings are the older span's; name the requested's
+        live = []
+    rules = [f.rule for f in live] or [
+        _RULE_OF_KIND.get(r.kind, r.kind) for r in decision.obligations
+    ]
+    return list(dict.fromkeys(rules))
+
+
+_RULE_OF_KIND = {
+    "tool_call": "open_tool_call",
+    "tool_result": "orphan_result",
+    "transaction": "open_transaction",
+    "retry": "pending_retry",
+    "commitment": "dangling_commitment",
+    "negative_result": "null_result",
+    "reference": "unresolved_reference",
+    "archive": "not_addressable",
+}
+
+
+def _held_tokens(analysis: Analysis, decision: Decision) -> int:
+    entries = analysis.transcript.entries
+    chars = sum(e.chars for e in entries[decision.span[1] : decision.requested[1]])
+    return -(-chars // _CHARS_PER_TOKEN)
+
+
+class Telemetry:
+    """The configured pieces: ledger, recorder, metrics and a gate factory that records."""
+
+    def __init__(
+        self,
+        *,
+        ledger: ObligationLedger,
+        tracer_provider: TracerProvider,
+        meter_provider: MeterProvider,
+        owns_providers: bool,
+        capture_content: bool | None = None,
+        agent_name: str | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.metrics = CompactionMetrics(meter_provider)
+        self.metrics.watch(ledger)
+        self.recorder = ToolCallRecorder(
+            ledger=ledger,
+            tracer_provider=tracer_provider,
+            metrics=self.metrics,
+            capture_content=capture_content,
+            agent_name=agent_name,
+        )
+        self.decisions = DecisionTelemetry(tracer_provider, self.metrics)
+        self._owns_providers = owns_providers
+
+    def gate(self, policy: Policy | str = "default") -> CompactionGate:
+        """A gate reading this ledger whose every decision is recorded as telemetry."""
+        gate = CompactionGate(policy, ledger=self.ledger)
+        gate.add_observer(self.decisions)
+        return gate
+
+    def shutdown(self) -> None:
+        """Flush and shut down the providers `configure` created (not the application's)."""
+        if not self._owns_providers:
+            return
+        for provider in (self.tracer_provider, self.meter_provider):
+            shutdown = getattr(provider, "shutdown", None)
+            if shutdown is not None:
+                try:
+                    shutdown()
+                except Exception:
+                    _log.exception("otel-compaction: provider shutdown failed")
+
+
+def configure(
+    *,
+    ledger: ObligationLedger | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    capture_content: bool | None = None,
+    agent_name: str | None = None,
+    set_global: bool = True,
+) -> Telemetry:
+    """Wire otel-compaction into the application's OpenTelemetry setup.
+
+    Providers given here, or already installed globally as SDK providers, are used as they are
+    (the ledger's span processor is added to an SDK tracer provider). When none exist, providers
+    are created from the standard ``OTEL_*`` environment variables and, with `set_global`,
+    installed globally.
+
+    Example:
+        >>> telemetry = configure(set_global=False)  # doctest: +SKIP
+        >>> gate = telemetry.gate("default")  # doctest: +SKIP
+    """
+    ledger = ledger if ledger is not None else ObligationLedger()
+    owns = False
+    tracer_provider = tracer_provider or _installed_tracer_provider()
+    if tracer_provider is None:
+        tracer_provider = _tracer_provider_from_env()
+        owns = True
+        if set_global:
+            trace.set_tracer_provider(tracer_provider)
+    meter_provider = meter_provider or _installed_meter_provider()
+    if meter_provider is None:
+        meter_provider = _meter_provider_from_env()
+        owns = True
+        if set_global:
+            metrics.set_meter_provider(meter_provider)
+    if isinstance(tracer_provider, SdkTracerProvider):
+        tracer_provider.add_span_processor(LedgerSpanProcessor(ledger))
+    return Telemetry(
+        ledger=ledger,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        owns_providers=owns,
+        capture_content=capture_content,
+        agent_name=agent_name,
+    )
+
+
+def _installed_tracer_provider() -> TracerProvider | None:
+    provider = trace.get_tracer_provider()
+    return provider if isinstance(provider, SdkTracerProvider) else None
+
+
+def _installed_meter_provider() -> MeterProvider | None:
+    provider = metrics.get_meter_provider()
+    return provider if isinstance(provider, SdkMeterProvider) else None
+
+
+def _exporter_names(variable: str) -> list[str]:
+    value = os.environ.get(variable, "otlp")
+    return [name.strip().lower() for name in value.split(",") if name.strip()]
+
+
+def _http() -> bool:
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").strip().lower()
+    return protocol.startswith("http")
+
+
+def _tracer_provider_from_env() -> SdkTracerProvider:
+    delegate: Sampler = _get_from_env_or_default()
+    provider = SdkTracerProvider(resource=Resource.create(), sampler=ObligationSampler(delegate))
+    for name in _exporter_names("OTEL_TRACES_EXPORTER"):
+        exporter: SpanExporter | None = None
+        if name == "otlp":
+            if _http():
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter as HttpSpanExporter,
+                )
+
+                exporter = HttpSpanExporter()
+            else:
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                    OTLPSpanExporter as GrpcSpanExporter,
+                )
+
+                exporter = GrpcSpanExporter()
+        elif name == "console":
+            exporter = ConsoleSpanExporter()
+        elif name != "none":
+            _log.warning("otel-compaction: unknown OTEL_TRACES_EXPORTER %r ignored", name)
+        if exporter is not None:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def _meter_provider_from_env() -> SdkMeterProvider:
+    readers: list[MetricReader] = []
+    for name in _exporter_names("OTEL_METRICS_EXPORTER"):
+        if name == "otlp":
+            if _http():
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                    OTLPMetricExporter as HttpMetricExporter,
+                )
+
+                readers.append(PeriodicExportingMetricReader(HttpMetricExporter()))
+            else:
+                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                    OTLPMetricExporter as GrpcMetricExporter,
+                )
+
+                readers.append(PeriodicExportingMetricReader(GrpcMetricExporter()))
+        elif name == "console":
+            from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+            readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
+        elif name != "none":
+            _log.warning("otel-compaction: unknown OTEL_METRICS_EXPORTER %r ignored", name)
+    return SdkMeterProvider(resource=Resource.create(), metric_readers=readers)

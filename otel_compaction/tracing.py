@@ -1,0 +1,649 @@
+"""Tool calls and their results as linked spans, feeding the obligation ledger.
+
+Three ways in, one ledger:
+
+* `ToolCallRecorder`, for runtimes that are not auto-instrumented: a call opens an obligation
+  and starts an ``execute_tool {tool}`` span that lives until the terminal resolution; the
+  result gets its own ``tool_result {tool}`` span linked to the call span. The recorder writes
+  the ledger directly, so sampling can never blind it.
+* `LedgerSpanProcessor`, which picks up ``execute_tool`` spans made by other
+  instrumentations (some set ``gen_ai.tool.call.id`` only when the span ends).
+* `ObligationSampler`, which wraps a sampler and turns a drop of an obligation span into
+  record-only, so the processor still sees it while exporters do not.
+
+Nothing here raises into the host: a failure of the telemetry is logged and the call goes on.
+Handles are plain objects owned by the caller; the recorder keeps open ones in a dict keyed by
+(conversation, call id) guarded by a lock, so threads and asyncio tasks may resolve calls
+concurrently.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any, ParamSpec, TypeVar
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.sampling import Decision as SamplingDecision
+from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.util.types import Attributes
+
+from otel_compaction import semconv
+from otel_compaction.context import current_conversation_id
+from otel_compaction.ledger import ObligationKind, ObligationLedger, ResolutionStatus
+from otel_compaction.metrics import CompactionMetrics
+
+__all__ = [
+    "LedgerSpanProcessor",
+    "ObligationHandle",
+    "ObligationSampler",
+    "ToolCallHandle",
+    "ToolCallRecorder",
+    "capture_content_enabled",
+    "is_obligation_span",
+]
+
+_log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_MAX_CONTENT = 8_192
+
+
+def capture_content_enabled() -> bool:
+    """Whether arguments and results are put on spans: the GenAI content-capture switch,
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``."""
+    return os.environ.get(semconv.CAPTURE_CONTENT_ENV, "").strip().lower() in _TRUE
+
+
+def is_obligation_span(name: str, attributes: Attributes) -> bool:
+    """True for spans that open an obligation: ``execute_tool`` spans of any instrumentation."""
+    if attributes and attributes.get(semconv.GEN_AI_OPERATION_NAME) == semconv.EXECUTE_TOOL:
+        return True
+    return name == semconv.EXECUTE_TOOL or name.startswith(semconv.EXECUTE_TOOL + " ")
+
+
+def _content(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= _MAX_CONTENT else text[:_MAX_CONTENT] + "…"
+
+
+def _error_type(error: BaseException | str | None) -> str:
+    if error is None:
+        return "_OTHER"
+    if isinstance(error, BaseException):
+        return type(error).__qualname__
+    return error
+
+
+def _guard(what: str) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
+    """Log and swallow a telemetry failure: instrumentation never breaks the host."""
+
+    def wrap(function: Callable[P, R]) -> Callable[P, R | None]:
+        @functools.wraps(function)
+        def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            try:
+                return function(*args, **kwargs)
+            except Exception:
+                _log.exception("otel-compaction: %s failed", what)
+                return None
+
+        return guarded
+
+    return wrap
+
+
+class ObligationHandle:
+    """An open obligation the caller holds: resolve it exactly once.
+
+    Resolving twice is ignored (the first terminal resolution wins), as the ledger requires.
+    """
+
+    __slots__ = ("_done", "_lock", "_recorder", "conversation_id", "id", "kind", "name", "span")
+
+    def __init__(
+        self,
+        recorder: ToolCallRecorder,
+        kind: ObligationKind,
+        obligation_id: str,
+        name: str,
+        conversation_id: str | None,
+        span: Span,
+    ) -> None:
+        self._recorder = recorder
+        self._lock = threading.Lock()
+        self._done = False
+        self.kind = kind
+        self.id = obligation_id
+        self.name = name
+        self.conversation_id = conversation_id
+        self.span = span
+
+    @property
+    def resolved(self) -> bool:
+        """True once a terminal resolution was recorded."""
+        return self._done
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+            return True
+
+
+class ToolCallHandle(ObligationHandle):
+    """A tool call in flight. Call exactly one of `result`, `error` or `abandon`."""
+
+    __slots__ = ("arguments", "started_ns")
+
+    started_ns: int
+    arguments: Any
+
+    def result(self, content: Any = None) -> None:
+        """The tool returned `content`."""
+        if self._claim():
+            self._recorder._finish_call(self, "result", content=content)
+
+    def error(self, error: BaseException | str | None = None, content: Any = None) -> None:
+        """The tool failed: `error` is the exception or an ``error.type`` string."""
+        if self._claim():
+            self._recorder._finish_call(self, "error", content=content, error=error)
+
+    def abandon(self, reason: str = "") -> None:
+        """The call will never get a result (cancelled, timed out, forced terminal)."""
+        if self._claim():
+            self._recorder._finish_call(self, "abandoned", reason=reason)
+
+
+class ToolCallRecorder:
+    """Records tool calls, results, transactions and retry chains as spans and obligations.
+
+    Example:
+        >>> from otel_compaction import ObligationLedger
+        >>> recorder = ToolCallRecorder(ledger=ObligationLedger())
+        >>> call = recorder.call("search", "call_1", arguments={"q": "flights"})
+        >>> [o.id for o in recorder.ledger.open_obligations()]
+        ['call_1']
+        >>> call.result("2 flights")
+        >>> recorder.ledger.open_obligations()
+        ()
+    """
+
+    def __init__(
+        self,
+        *,
+        ledger: ObligationLedger | None = None,
+        tracer_provider: TracerProvider | None = None,
+        metrics: CompactionMetrics | None = None,
+        capture_content: bool | None = None,
+        agent_name: str | None = None,
+    ) -> None:
+        """Create a recorder.
+
+        Args:
+            ledger: the ledger to feed; a new one when None.
+            tracer_provider: where spans go; the global provider when None.
+            metrics: instruments to record into; the ledger's changes are counted by them.
+            capture_content: record arguments and results; from the environment when None.
+            agent_name: ``gen_ai.agent.name`` on every tool-call span.
+        """
+        from otel_compaction import __version__
+
+        self.ledger = ledger if ledger is not None else ObligationLedger()
+        provider = tracer_provider or trace.get_tracer_provider()
+        self._tracer = provider.get_tracer(semconv.SCOPE, __version__)
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.watch(self.ledger)
+        self._capture = capture_content
+        self.agent_name = agent_name
+        self._open: dict[tuple[str, str], deque[ToolCallHandle]] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    @property
+    def capture_content(self) -> bool:
+        """Whether arguments and results are put on spans."""
+        return capture_content_enabled() if self._capture is None else self._capture
+
+    # -- tool calls --------------------------------------------------------------------------
+
+    def call(
+        self,
+        tool_name: str,
+        call_id: str | None = None,
+        *,
+        arguments: Any = None,
+        tool_type: str = "function",
+        conversation_id: str | None = None,
+    ) -> ToolCallHandle:
+        """The model emitted a call: open the obligation and start its ``execute_tool`` span."""
+        conversation = conversation_id or current_conversation_id()
+        call_id = call_id or f"call_{next(self._ids)}"
+        # The ledger first: whatever happens to telemetry, the obligation is known.
+        self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
+        span = self._start_call_span(tool_name, call_id, tool_type, conversation, arguments)
+        handle = ToolCallHandle(self, "tool_call", call_id, tool_name, conversation, span)
+        handle.started_ns = time.monotonic_ns()
+        handle.arguments = arguments
+        with self._lock:
+            self._open.setdefault((conversation or "", call_id), deque()).append(handle)
+        return handle
+
+    def resolve(
+        self,
+        call_id: str,
+        content: Any = None,
+        *,
+        error: BaseException | str | None = None,
+        status: ResolutionStatus | None = None,
+        conversation_id: str | None = None,
+    ) -> bool:
+        """Resolve the earliest open call with this id (for runtimes that only keep ids).
+
+        Returns False when no such call is open.
+        """
+        conversation = conversation_id or current_conversation_id()
+        with self._lock:
+            waiting = self._open.get((conversation or "", call_id))
+            handle = waiting[0] if waiting else None
+        if handle is None:
+            return False
+        if status == "abandoned":
+            handle.abandon(str(content or ""))
+        elif error is not None or status == "error":
+            handle.error(error, content)
+        else:
+            handle.result(content)
+        return True
+
+    @contextmanager
+    def tool_call(
+        self,
+        tool_name: str,
+        call_id: str | None = None,
+        *,
+        arguments: Any = None,
+        conversation_id: str | None = None,
+    ) -> Iterator[ToolCallHandle]:
+        """Run a tool inside ``with``: an exception is its error, a normal exit without an
+        explicit resolution is a result with no content."""
+        handle = self.call(tool_name, call_id, arguments=arguments, conversation_id=conversation_id)
+        try:
+            yield handle
+        except BaseException as exc:
+            handle.error(exc)
+            raise
+        handle.result()
+
+    def tool(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a tool function (sync or async): each invocation is a recorded call whose
+        return value is the result and whose exception is the error."""
+
+        def decorate(function: Callable[P, R]) -> Callable[P, R]:
+            tool_name = name or function.__name__
+            if inspect.iscoroutinefunction(function):
+
+                @functools.wraps(function)
+                async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+                    handle = self.call(tool_name, arguments=_bound(function, args, kwargs))
+                    try:
+                        value = await function(*args, **kwargs)
+                    except BaseException as exc:
+                        handle.error(exc)
+                        raise
+                    handle.result(value)
+                    return value
+
+                return run_async  # type: ignore[return-value]
+
+            @functools.wraps(function)
+            def run(*args: P.args, **kwargs: P.kwargs) -> R:
+                handle = self.call(tool_name, arguments=_bound(function, args, kwargs))
+                try:
+                    value = function(*args, **kwargs)
+                except BaseException as exc:
+                    handle.error(exc)
+                    raise
+                handle.result(value)
+                return value
+
+            return run
+
+        return decorate
+
+    # -- transactions and retry chains -------------------------------------------------------
+
+    @contextmanager
+    def transaction(
+        self, name: str, transaction_id: str | None = None, *, conversation_id: str | None = None
+    ) -> Iterator[ObligationHandle]:
+        """A transaction is an obligation from begin to commit (normal exit) or rollback
+        (an exception, recorded as its error)."""
+        conversation = conversation_id or current_conversation_id()
+        transaction_id = transaction_id or f"txn_{next(self._ids)}"
+        self.ledger.open(conversation, "transaction", transaction_id, name=name)
+        span = self._start_span(
+            f"{semconv.TRANSACTION_SPAN} {name}",
+            {
+                semconv.OBLIGATION_KIND: "transaction",
+                semconv.OBLIGATION_ID: transaction_id,
+                **_conversation_attrs(conversation),
+            },
+        )
+        handle = ObligationHandle(self, "transaction", transaction_id, name, conversation, span)
+        try:
+            yield handle
+        except BaseException as exc:
+            if handle._claim():
+                self._finish_obligation(handle, "error", error=exc)
+            raise
+        if handle._claim():
+            self._finish_obligation(handle, "result")
+
+    def retry_chain(
+        self, name: str, chain_id: str | None = None, *, conversation_id: str | None = None
+    ) -> RetryChain:
+        """Open a retry chain: an obligation that stays open while attempts fail and closes
+        on the first success (or when abandoned)."""
+        conversation = conversation_id or current_conversation_id()
+        chain_id = chain_id or f"retry_{next(self._ids)}"
+        self.ledger.open(conversation, "retry", chain_id, name=name)
+        span = self._start_span(
+            f"{semconv.RETRY_SPAN} {name}",
+            {
+                semconv.OBLIGATION_KIND: "retry",
+                semconv.OBLIGATION_ID: chain_id,
+                **_conversation_attrs(conversation),
+            },
+        )
+        return RetryChain(self, chain_id, name, conversation, span)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    @_guard("starting a span")
+    def _start_span_guarded(self, name: str, attributes: Attributes) -> Span:
+        return self._tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
+
+    def _start_span(self, name: str, attributes: Attributes) -> Span:
+        return self._start_span_guarded(name, attributes) or trace.INVALID_SPAN
+
+    def _start_call_span(
+        self,
+        tool_name: str,
+        call_id: str,
+        tool_type: str,
+        conversation: str | None,
+        arguments: Any,
+    ) -> Span:
+        attributes: dict[str, Any] = {
+            semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
+            semconv.GEN_AI_TOOL_NAME: tool_name,
+            semconv.GEN_AI_TOOL_CALL_ID: call_id,
+            semconv.GEN_AI_TOOL_TYPE: tool_type,
+            **_conversation_attrs(conversation),
+        }
+        if self.agent_name:
+            attributes[semconv.GEN_AI_AGENT_NAME] = self.agent_name
+        if arguments is not None and self.capture_content:
+            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _content(arguments)
+        return self._start_span(f"{semconv.EXECUTE_TOOL} {tool_name}", attributes)
+
+    def _finish_call(
+        self,
+        handle: ToolCallHandle,
+        status: ResolutionStatus,
+        *,
+        content: Any = None,
+        error: BaseException | str | None = None,
+        reason: str = "",
+    ) -> None:
+        self.ledger.resolve(handle.conversation_id, handle.id, status)
+        with self._lock:
+            key = (handle.conversation_id or "", handle.id)
+            waiting = self._open.get(key)
+            if waiting is not None:
+                with suppress(ValueError):
+                    waiting.remove(handle)
+                if not waiting:
+                    del self._open[key]
+        self._telemetry_of_result(handle, status, content, error, reason)
+
+    @_guard("recording a tool result")
+    def _telemetry_of_result(
+        self,
+        handle: ToolCallHandle,
+        status: ResolutionStatus,
+        content: Any,
+        error: BaseException | str | None,
+        reason: str,
+    ) -> None:
+        attributes: dict[str, Any] = {
+            semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
+            semconv.GEN_AI_TOOL_NAME: handle.name,
+            semconv.GEN_AI_TOOL_CALL_ID: handle.id,
+            semconv.OBLIGATION_STATUS: status,
+            **_conversation_attrs(handle.conversation_id),
+        }
+        error_type = _error_type(error) if status == "error" else None
+        if error_type is not None:
+            attributes[semconv.ERROR_TYPE] = error_type
+        if status == "abandoned" and reason:
+            attributes[semconv.ABANDON_REASON] = reason
+        if content is not None and self.capture_content:
+            attributes[semconv.GEN_AI_TOOL_CALL_RESULT] = _content(content)
+        link = Link(handle.span.get_span_context(), {semconv.GEN_AI_TOOL_CALL_ID: handle.id})
+        result_span = self._tracer.start_span(
+            f"{semconv.TOOL_RESULT_SPAN} {handle.name}",
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=[link],
+        )
+        call_span = handle.span
+        call_span.set_attribute(semconv.OBLIGATION_STATUS, status)
+        if error_type is not None:
+            description = str(error) if isinstance(error, BaseException) else None
+            for span in (result_span, call_span):
+                span.set_attribute(semconv.ERROR_TYPE, error_type)
+                span.set_status(Status(StatusCode.ERROR, description))
+        if status == "abandoned":
+            call_span.add_event(semconv.EVENT_ABANDONED, {semconv.ABANDON_REASON: reason})
+        result_span.end()
+        call_span.end()
+        if self._metrics is not None:
+            duration = (time.monotonic_ns() - handle.started_ns) / 1e9
+            metric_attrs: dict[str, Any] = {
+                semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
+                semconv.GEN_AI_TOOL_NAME: handle.name,
+            }
+            if error_type is not None:
+                metric_attrs[semconv.ERROR_TYPE] = error_type
+            self._metrics.tool_duration.record(duration, metric_attrs)
+
+    def _finish_obligation(
+        self,
+        handle: ObligationHandle,
+        status: ResolutionStatus,
+        *,
+        error: BaseException | str | None = None,
+    ) -> None:
+        self.ledger.resolve(handle.conversation_id, handle.id, status, kind=handle.kind)
+        self._end_obligation_span(handle.span, status, error)
+
+    @_guard("ending an obligation span")
+    def _end_obligation_span(
+        self, span: Span, status: ResolutionStatus, error: BaseException | str | None
+    ) -> None:
+        span.set_attribute(semconv.OBLIGATION_STATUS, status)
+        if status == "error":
+            span.set_attribute(semconv.ERROR_TYPE, _error_type(error))
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()
+
+
+class RetryChain(ObligationHandle):
+    """A retry chain: `attempt_failed` per failure, then `succeeded` or `abandon`."""
+
+    __slots__ = ("attempts",)
+
+    def __init__(
+        self,
+        recorder: ToolCallRecorder,
+        chain_id: str,
+        name: str,
+        conversation_id: str | None,
+        span: Span,
+    ) -> None:
+        super().__init__(recorder, "retry", chain_id, name, conversation_id, span)
+        self.attempts = 0
+
+    def attempt_failed(self, error: BaseException | str | None = None) -> None:
+        """One more failed attempt; the chain stays open (its retry counter is above zero)."""
+        self.attempts += 1
+        self._event(error)
+
+    @_guard("recording a retry attempt")
+    def _event(self, error: BaseException | str | None) -> None:
+        self.span.add_event(
+            semconv.EVENT_RETRY_ATTEMPT,
+            {semconv.RETRY_ATTEMPT: self.attempts, semconv.ERROR_TYPE: _error_type(error)},
+        )
+
+    def succeeded(self) -> None:
+        """The chain closed: the last attempt succeeded."""
+        if self._claim():
+            self.span.set_attribute(semconv.RETRY_ATTEMPT, self.attempts + 1)
+            self._recorder._finish_obligation(self, "result")
+
+    def abandon(self, reason: str = "") -> None:
+        """Give up on the chain; recorded as abandoned, not as a crash."""
+        if self._claim():
+            self._recorder._finish_obligation(self, "abandoned")
+
+
+def _conversation_attrs(conversation: str | None) -> dict[str, str]:
+    return {semconv.GEN_AI_CONVERSATION_ID: conversation} if conversation else {}
+
+
+def _bound(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    try:
+        bound = inspect.signature(function).bind_partial(*args, **kwargs)
+    except (TypeError, ValueError):
+        return {"args": list(args), **kwargs}
+    return dict(bound.arguments)
+
+
+class LedgerSpanProcessor(SpanProcessor):
+    """Feeds the ledger from ``execute_tool`` spans made by any instrumentation.
+
+    Spans of this package's own recorder are skipped (the recorder writes the ledger itself).
+    A span without ``gen_ai.tool.call.id`` at start is tracked by its span id and re-keyed
+    when the id appears at the end. Open entries are held in a dict keyed by span id;
+    `shutdown` abandons whatever is still open.
+    """
+
+    def __init__(self, ledger: ObligationLedger) -> None:
+        self.ledger = ledger
+        self._open: dict[int, tuple[str | None, str]] = {}
+        self._lock = threading.Lock()
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        try:
+            self._started(span)
+        except Exception:
+            _log.exception("otel-compaction: span processor failed on start")
+
+    def _started(self, span: ReadableSpan) -> None:
+        scope = span.instrumentation_scope
+        if scope is not None and scope.name == semconv.SCOPE:
+            return
+        attributes = span.attributes or {}
+        if not is_obligation_span(span.name, attributes):
+            return
+        context = span.get_span_context()
+        if context is None:
+            return
+        conversation = attributes.get(semconv.GEN_AI_CONVERSATION_ID)
+        conversation_id = str(conversation) if conversation else current_conversation_id()
+        call_id = attributes.get(semconv.GEN_AI_TOOL_CALL_ID)
+        key = str(call_id) if call_id else f"span:{context.span_id:016x}"
+        name = attributes.get(semconv.GEN_AI_TOOL_NAME) or span.name
+        self.ledger.open(conversation_id, "tool_call", key, name=str(name))
+        with self._lock:
+            self._open[context.span_id] = (conversation_id, key)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            self._ended(span)
+        except Exception:
+            _log.exception("otel-compaction: span processor failed on end")
+
+    def _ended(self, span: ReadableSpan) -> None:
+        context = span.get_span_context()
+        if context is None:
+            return
+        with self._lock:
+            entry = self._open.pop(context.span_id, None)
+        if entry is None:
+            return
+        conversation_id, key = entry
+        call_id = (span.attributes or {}).get(semconv.GEN_AI_TOOL_CALL_ID)
+        if call_id and str(call_id) != key:
+            self.ledger.rekey(conversation_id, key, str(call_id))
+            key = str(call_id)
+        failed = span.status.status_code == StatusCode.ERROR
+        self.ledger.resolve(conversation_id, key, "error" if failed else "result")
+
+    def shutdown(self) -> None:
+        with self._lock:
+            leftover = list(self._open.values())
+            self._open.clear()
+        for conversation_id, key in leftover:
+            self.ledger.resolve(conversation_id, key, "abandoned")
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+class ObligationSampler(Sampler):
+    """Wraps a sampler: obligation spans it would drop are recorded (not exported) instead,
+    so processors that feed the ledger still see them."""
+
+    def __init__(self, delegate: Sampler) -> None:
+        self.delegate = delegate
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: trace.TraceState | None = None,
+    ) -> SamplingResult:
+        result = self.delegate.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+        if result.decision == SamplingDecision.DROP and is_obligation_span(name, attributes):
+            return SamplingResult(SamplingDecision.RECORD_ONLY, attributes, result.trace_state)
+        return result
+
+    def get_description(self) -> str:
+        return f"ObligationSampler{{{self.delegate.get_description()}}}"
