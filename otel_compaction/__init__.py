@@ -14,8 +14,10 @@ Example:
 """
 
 from otel_compaction.analysis import Analysis
+from otel_compaction.archive import Archive, ArchivedSpan
 from otel_compaction.context import conversation, current_conversation_id
 from otel_compaction.errors import (
+    ArchiveError,
     CompactionError,
     CompactionRefused,
     LiveSpanCompactionError,
@@ -40,6 +42,9 @@ from otel_compaction.transcript import Transcript
 
 __all__ = [
     "Analysis",
+    "Archive",
+    "ArchiveError",
+    "ArchivedSpan",
     "CompactionError",
     "CompactionGate",
     "CompactionMetrics",

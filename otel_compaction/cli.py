@@ -1,7 +1,8 @@
-"""``otel-compaction``: check transcripts against a policy, and inspect policies.
+"""``otel-compaction``: check transcripts against a policy, inspect policies, read the archive.
 
 Exit status of ``check``: 0 compact or clean, 1 defer or findings, 3 refuse, 2 unusable input
-(one line on stderr naming what is wrong and where, never a traceback).
+(one line on stderr naming what is wrong and where, never a traceback). ``archive show`` and
+``archive list`` exit 0, or 2 for an unknown handle or an unreadable archive.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import yaml
 
+from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH, Archive, ArchivedSpan
 from otel_compaction.errors import CompactionError, CompactionRefused
 from otel_compaction.gate import CompactionGate, Decision, finding_dict
 from otel_compaction.policy import BUILTIN_POLICIES, RULE_NAMES, Policy
@@ -39,8 +42,15 @@ examples:
 """
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """Usage errors are one line on stderr too, like every other unusable input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INPUT, f"otel-compaction: error: {message} (see: {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _ArgumentParser(
         prog="otel-compaction",
         description="Guard agent transcript compaction against severing tool calls "
         "from their results, unanswered calls, failed searches and unkept promises.",
@@ -95,6 +105,22 @@ def _parser() -> argparse.ArgumentParser:
     validate = actions.add_parser("validate", help="validate policy files")
     validate.add_argument("policies", nargs="+", metavar="NAME|FILE")
     actions.add_parser("schema", help="print the policy file's JSON Schema")
+
+    archive = commands.add_parser("archive", help="read spans archived by reversible compaction")
+    stored = archive.add_subparsers(dest="action", metavar="ACTION", required=True)
+    db_help = f"archive database (default: ${ARCHIVE_ENV}, else ./{DEFAULT_ARCHIVE_PATH})"
+    show_span = stored.add_parser("show", help="print an archived span's record and messages")
+    show_span.add_argument("handle", metavar="HANDLE", help="the span's handle (arc_...)")
+    show_span.add_argument("--db", metavar="PATH", help=db_help)
+    show_span.add_argument(
+        "--format",
+        choices=("text", "json", "raw"),
+        default="text",
+        help="text, json (record and messages) or raw (the stored bytes, exactly)",
+    )
+    list_spans = stored.add_parser("list", help="list the archived spans, oldest first")
+    list_spans.add_argument("--db", metavar="PATH", help=db_help)
+    list_spans.add_argument("--format", choices=("text", "json"), default="text")
     return parser
 
 
@@ -108,12 +134,16 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     try:
         if args.command == "check":
             return _check(args, out)
+        if args.command == "archive":
+            return _archive(args, out)
         return _policy(args, out)
     except CompactionError as exc:
         print(f"otel-compaction: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
     except RecursionError:
-        print("otel-compaction: error: input is nested too deeply", file=sys.stderr)
+        path = getattr(args, "path", None)
+        where = "<stdin>" if path == "-" else path or "input"
+        print(f"otel-compaction: error: {where}: nested too deeply", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:  # the reader went away (| head); nothing left to say
         sys.stderr.close()
@@ -269,3 +299,69 @@ def _policy(args: argparse.Namespace, out: TextIO) -> int:
             policy = Policy.load(name)
             out.write(f"{name}: ok (policy {policy.name!r})\n")
     return EXIT_OK
+
+
+def _archive(args: argparse.Namespace, out: TextIO) -> int:
+    with Archive(args.db, create=False) as archive:
+        if args.action == "list":
+            spans = archive.spans()
+            if args.format == "json":
+                json.dump([span.to_dict() for span in spans], out, ensure_ascii=False)
+                out.write("\n")
+            else:
+                _write_archive_list(out, str(archive.path), spans)
+            return EXIT_OK
+        record = archive.get(args.handle)
+        data = archive.recall_bytes(args.handle)
+    if args.format == "raw":
+        buffer = getattr(out, "buffer", None)
+        if buffer is None:
+            out.write(data.decode("utf-8"))
+        else:
+            out.flush()
+            buffer.write(data)
+            buffer.flush()
+        return EXIT_OK
+    messages = json.loads(data)
+    if args.format == "json":
+        json.dump({**record.to_dict(), "messages": messages}, out, ensure_ascii=False)
+        out.write("\n")
+        return EXIT_OK
+    w = out.write
+    w(f"handle:       {record.handle}\n")
+    plural = "" if record.count == 1 else "s"
+    w(f"span:         messages {record.start}..{record.end - 1} ({record.count} message{plural})\n")
+    w(f"conversation: {record.conversation_id or '-'}\n")
+    w(f"policy:       {record.policy or '-'}\n")
+    w(f"archived:     {_timestamp(record.created_at)}\n")
+    w(f"stored:       {record.size} bytes, sha256 {record.sha256}\n")
+    w(f"summary:      {record.summary if record.summary is not None else '-'}\n")
+    for offset, message in enumerate(messages):
+        kind = message.get("role", message.get("type", "?"))
+        w(f"\n--- message {record.start + offset} ({kind}) ---\n")
+        w(json.dumps(message, ensure_ascii=False, indent=2))
+        w("\n")
+    return EXIT_OK
+
+
+def _timestamp(seconds: float) -> str:
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _write_archive_list(out: TextIO, path: str, spans: list[ArchivedSpan]) -> None:
+    if not spans:
+        out.write(f"{path}: no archived spans\n")
+        return
+    out.write(f"{path}: {len(spans)} archived span{'s' if len(spans) != 1 else ''}\n")
+    out.write(f"{'HANDLE':28}  {'SPAN':>9}  {'MSGS':>4}  {'BYTES':>9}  {'ARCHIVED':20}  "
+              "CONVERSATION  POLICY  SUMMARY\n")  # fmt: skip
+    for span in spans:
+        summary = " ".join((span.summary or "-").split())
+        if len(summary) > 60:
+            summary = summary[:59] + "\u2026"
+        out.write(
+            f"{span.handle:28}  {f'{span.start}:{span.end}':>9}  {span.count:>4}  "
+            f"{span.size:>9}  {_timestamp(span.created_at):20}  "
+            f"{span.conversation_id or '-'}  {span.policy or '-'}  {summary}\n"
+        )

@@ -4,15 +4,17 @@
 operation: the gate refuses a compaction that would sever an open obligation. The two
 names used by the specification, `OpenObligationError` and `LiveSpanCompactionError`,
 are subclasses, so code written against either name catches the refusal.
-Input and policy problems have their own errors, each naming what is wrong and where.
+Input, policy and archive problems have their own errors, each naming what is wrong and where.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from otel_compaction.gate import Decision
+    from otel_compaction.rules import ObligationRef
 
 
 class CompactionError(Exception):
@@ -32,6 +34,21 @@ class PolicyError(CompactionError, ValueError):
     """A policy file is unusable: the message names the file, the key path and what was expected."""
 
 
+class ArchiveError(CompactionError):
+    """The archive cannot do what was asked: an unknown handle, a corrupt or foreign file.
+
+    The message names the database path (and the handle, when one is involved); both are
+    also kept as attributes.
+    """
+
+    def __init__(
+        self, message: str, *, path: str | os.PathLike[str] | None = None, handle: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.path = None if path is None else os.fspath(path)
+        self.handle = handle
+
+
 class CompactionRefused(CompactionError, RuntimeError):
     """The gate refused a compaction; `decision` names every open obligation that caused it."""
 
@@ -40,7 +57,7 @@ class CompactionRefused(CompactionError, RuntimeError):
         super().__init__(decision.describe())
 
     @property
-    def obligations(self) -> tuple[object, ...]:
+    def obligations(self) -> tuple[ObligationRef, ...]:
         """The open obligations that made the span live."""
         return tuple(self.decision.obligations)
 

@@ -1,0 +1,709 @@
+"""Reversible compaction: a SQLite store that keeps compacted spans verbatim.
+
+A span that is summarized away stays addressable: `Archive.put` stores its messages and
+returns an `ArchivedSpan` whose ``handle`` (``arc_`` and 24 hex digits) the summary can cite;
+`Archive.recall` gives the messages back and `make_recall_tool` lets the agent do the same.
+
+Guarantees:
+
+* **Exact.** Messages are serialized once, as compact JSON (``ensure_ascii=False``, key order
+  kept) encoded as UTF-8, and those bytes are what is stored: `Archive.recall_bytes` returns
+  them byte for byte and `Archive.recall` returns messages equal to the input (floats
+  included; tuples come back as lists). Raw bytes may be stored instead, as they are. Input
+  that JSON cannot carry exactly (non-string keys, NaN or infinity, other types) is refused.
+* **Content-addressed.** The handle is the first 24 hex digits of the SHA-256 of the stored
+  bytes, so storing the same span twice returns the same handle and keeps one row (with the
+  metadata of the first store). Every read checks the full SHA-256; a mismatch is an error.
+* **Atomic and durable.** Each store is one transaction in WAL mode with full sync: a crash
+  leaves either the whole row or nothing.
+* **Private.** A new database file is created with mode 0600 before SQLite opens it (SQLite
+  gives its ``-wal`` and ``-shm`` files the same mode); an existing archive that grants group
+  or other users access has that access taken away once it is known to be an archive.
+* **Thread-safe.** One connection, serialized by a lock; several processes may share a file.
+
+Every failure (unknown handle, corrupt or foreign file, closed archive) raises `ArchiveError`
+naming the database path.
+
+Example:
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "archive.sqlite3")
+    >>> with Archive(path) as archive:
+    ...     span = archive.put([{"role": "user", "content": "héllo"}], start=1)
+    ...     archive.recall(span.handle)
+    [{'role': 'user', 'content': 'héllo'}]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal
+
+from otel_compaction.errors import ArchiveError
+
+__all__ = [
+    "ARCHIVE_ENV",
+    "DEFAULT_ARCHIVE_PATH",
+    "RECALL_TOOL_NAME",
+    "Archive",
+    "ArchiveError",
+    "ArchivedSpan",
+    "canonical_bytes",
+    "default_archive_path",
+    "handle_for",
+    "make_recall_tool",
+    "recall_tool_definition",
+]
+
+_log = logging.getLogger(__name__)
+
+ARCHIVE_ENV: Final = "OTEL_COMPACTION_ARCHIVE"
+"""Environment variable naming the archive database used when no path is given."""
+
+DEFAULT_ARCHIVE_PATH: Final = "otel-compaction-archive.sqlite3"
+"""Archive database used when no path is given and `ARCHIVE_ENV` is unset (current directory)."""
+
+RECALL_TOOL_NAME: Final = "recall_archived_span"
+"""Name of the tool `make_recall_tool` builds and `recall_tool_definition` describes."""
+
+HANDLE_PREFIX: Final = "arc_"
+_HANDLE_HEX_DIGITS: Final = 24
+_HANDLE_RE: Final = re.compile(rf"{HANDLE_PREFIX}[0-9a-f]{{{_HANDLE_HEX_DIGITS}}}")
+
+# PRAGMA application_id marks a database as an archive ("otca"); user_version is the schema.
+_APPLICATION_ID: Final = 0x6F746361
+_SCHEMA_VERSION: Final = 1
+_TABLE: Final = "archived_spans"
+_SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS {_TABLE} (
+    handle          TEXT PRIMARY KEY,
+    sha256          TEXT NOT NULL,
+    conversation_id TEXT,
+    span_start      INTEGER NOT NULL,
+    span_end        INTEGER NOT NULL,
+    message_count   INTEGER NOT NULL,
+    size            INTEGER NOT NULL,
+    created_at      REAL NOT NULL,
+    policy          TEXT,
+    summary         TEXT,
+    data            BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {_TABLE}_conversation ON {_TABLE} (conversation_id, span_start);
+"""
+_META_COLUMNS: Final = (
+    "handle, sha256, conversation_id, span_start, span_end, message_count, size, "
+    "created_at, policy, summary"
+)
+_FILE_MODE: Final = 0o600
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedSpan:
+    """One archived span: where it came from and how to address it (the messages stay stored).
+
+    ``start`` and ``end`` are the span's message indices in its transcript, ``end`` exclusive;
+    ``size`` is the length in bytes of the stored serialization and ``sha256`` its full digest.
+    ``created_at`` is a Unix timestamp in seconds.
+    """
+
+    handle: str
+    start: int
+    end: int
+    count: int
+    size: int
+    sha256: str
+    created_at: float
+    conversation_id: str | None = None
+    policy: str | None = None
+    summary: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict (the form ``archive list --format json`` prints)."""
+        return {
+            "handle": self.handle,
+            "span": [self.start, self.end],
+            "count": self.count,
+            "size": self.size,
+            "sha256": self.sha256,
+            "created_at": self.created_at,
+            "conversation_id": self.conversation_id,
+            "policy": self.policy,
+            "summary": self.summary,
+        }
+
+
+def default_archive_path() -> Path:
+    """The archive path from ``OTEL_COMPACTION_ARCHIVE``, else `DEFAULT_ARCHIVE_PATH`."""
+    return Path(os.environ.get(ARCHIVE_ENV) or DEFAULT_ARCHIVE_PATH)
+
+
+def canonical_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
+    """Serialize messages the way the archive stores them: compact JSON, UTF-8, keys in order.
+
+    Raises `ArchiveError` naming the offending position when a value would not come back
+    equal from JSON: a non-string dict key, NaN or infinity, or a type JSON does not have.
+    """
+    if isinstance(messages, (str, bytes, bytearray, Mapping)) or not isinstance(messages, Sequence):
+        raise ArchiveError(f"expected a list of messages, got {type(messages).__name__}")
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ArchiveError(
+                f"messages[{index}]: expected a message object, got {type(message).__name__}"
+            )
+    _check_json(messages)
+    try:
+        text = json.dumps(
+            list(messages),
+            ensure_ascii=False,
+            separators=(",", ":"),
+            allow_nan=False,
+            default=_mapping_as_dict,
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ArchiveError(f"messages cannot be serialized as JSON: {exc}") from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ArchiveError(
+            f"messages hold a lone surrogate {text[exc.start]!r}, which is not valid Unicode"
+        ) from None
+
+
+def handle_for(data: bytes) -> str:
+    """The handle of stored bytes: ``arc_`` and the first 24 hex digits of their SHA-256."""
+    return HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:_HANDLE_HEX_DIGITS]
+
+
+def _mapping_as_dict(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+_Location = tuple[object, "_Location | None"]
+"""A position in the messages: the key or index, and the location of its container."""
+
+
+def _where(location: _Location | None) -> str:
+    keys: list[object] = []
+    while location is not None:
+        key, location = location
+        keys.append(key)
+    return "messages" + "".join(f"[{key!r}]" for key in reversed(keys))
+
+
+def _check_json(messages: Sequence[Any]) -> None:
+    """Walk the messages (iteratively) and refuse anything JSON would not give back equal.
+
+    Positions are built only for the error message; containers met twice (shared, or a
+    cycle, which serialization then reports) are walked once.
+    """
+    stack: list[tuple[Any, _Location]] = [(m, (i, None)) for i, m in enumerate(messages)]
+    seen: set[int] = set()
+    while stack:
+        value, location = stack.pop()
+        if value is None or isinstance(value, (str, bool, int)):
+            continue
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ArchiveError(f"{_where(location)}: {value!r} has no JSON representation")
+            continue
+        if id(value) in seen:
+            continue
+        if isinstance(value, Mapping):
+            seen.add(id(value))
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ArchiveError(
+                        f"{_where(location)}: key {key!r} ({type(key).__name__}) is not a "
+                        "string, and JSON keys are strings"
+                    )
+                stack.append((item, (key, location)))
+        elif isinstance(value, (list, tuple)):
+            seen.add(id(value))
+            stack.extend((item, (i, location)) for i, item in enumerate(value))
+        else:
+            raise ArchiveError(f"{_where(location)}: a {type(value).__name__} is not JSON data")
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode(data: bytes) -> list[dict[str, Any]]:
+    """Parse stored or given bytes: a non-empty JSON list of objects, in strict JSON."""
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise ArchiveError(f"bytes are not UTF-8 (at byte {exc.start})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ArchiveError(f"bytes are not a JSON list of messages: {exc}") from None
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+        raise ArchiveError("bytes are not a JSON list of message objects")
+    return value
+
+
+class Archive:
+    """The archive of compacted spans in one SQLite database file.
+
+    Args:
+        path: the database file; `default_archive_path()` when None.
+        create: create the file when it does not exist; when False, a missing file is an
+            `ArchiveError` (read-only inspection must not leave files behind).
+        timeout: seconds to wait for another process's write lock.
+
+    Use it as a context manager, or call `close`. Methods may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        create: bool = True,
+        timeout: float = 30.0,
+    ) -> None:
+        self._path = Path(path) if path is not None else default_archive_path()
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._prepare_file(create)
+        try:
+            conn = sqlite3.connect(
+                self._path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise ArchiveError(
+                f"cannot open archive {self._path}: {exc}", path=self._path
+            ) from None
+        try:
+            self._initialise(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._restrict_permissions()
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _prepare_file(self, create: bool) -> None:
+        """Create a missing file with mode 0600 before SQLite does it with the umask's mode."""
+        path = self._path
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            if not create:
+                raise ArchiveError(f"no archive at {path}", path=path) from None
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            except FileExistsError:  # another process created it meanwhile
+                return
+            except OSError as exc:
+                raise ArchiveError(
+                    f"cannot create archive {path}: {exc.strerror}", path=path
+                ) from None
+            try:
+                if hasattr(os, "fchmod"):
+                    os.fchmod(fd, _FILE_MODE)  # exactly 0600, whatever the umask
+            finally:
+                os.close(fd)
+            return
+        except OSError as exc:
+            raise ArchiveError(f"cannot open archive {path}: {exc.strerror}", path=path) from None
+        if not stat.S_ISREG(info.st_mode):
+            raise ArchiveError(f"archive {path} is not a regular file", path=path)
+
+    def _restrict_permissions(self) -> None:
+        """Take group and other access away from an archive (and its WAL files) that has it."""
+        for suffix in ("", "-wal", "-shm"):
+            path = Path(f"{self._path}{suffix}")
+            try:
+                mode = stat.S_IMODE(path.stat().st_mode)
+                if mode & 0o077:
+                    path.chmod(mode & 0o700)
+                    _log.info(
+                        "archive file %s: mode %03o restricted to %03o", path, mode, mode & 0o700
+                    )
+            except OSError as exc:  # not ours to change, or gone: leave it
+                _log.debug("archive file %s: permissions left as they are: %s", path, exc)
+
+    def _initialise(self, conn: sqlite3.Connection) -> None:
+        """Switch to WAL, check the file is an archive (or empty) and create the schema."""
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise ArchiveError(
+                    f"archive {self._path}: cannot use WAL journal mode (got {mode})",
+                    path=self._path,
+                )
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._check_or_create_schema(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise ArchiveError(
+                f"{self._path} is not a usable archive: {exc}", path=self._path
+            ) from None
+
+    def _check_or_create_schema(self, conn: sqlite3.Connection) -> None:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if app_id == _APPLICATION_ID:
+            if version > _SCHEMA_VERSION:
+                raise ArchiveError(
+                    f"archive {self._path} has schema version {version}; this version of "
+                    f"otel-compaction reads up to {_SCHEMA_VERSION}",
+                    path=self._path,
+                )
+            return
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app_id != 0 or tables:
+            raise ArchiveError(
+                f"{self._path} is an SQLite database but not an otel-compaction archive",
+                path=self._path,
+            )
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock; SQLite errors become `ArchiveError` naming the path."""
+        with self._lock:
+            if self._conn is None:
+                raise ArchiveError(f"archive {self._path} is closed", path=self._path)
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise ArchiveError(f"archive {self._path}: {exc}", path=self._path) from None
+
+    def _unknown(self, handle: str) -> ArchiveError:
+        if not isinstance(handle, str) or not _HANDLE_RE.fullmatch(handle):
+            return ArchiveError(
+                f"{handle!r} is not an archive handle (expected {HANDLE_PREFIX} and "
+                f"{_HANDLE_HEX_DIGITS} hex digits); archive {self._path}",
+                path=self._path,
+                handle=str(handle),
+            )
+        return ArchiveError(
+            f"no archived span with handle {handle} in archive {self._path}",
+            path=self._path,
+            handle=handle,
+        )
+
+    @staticmethod
+    def _record(row: Sequence[Any]) -> ArchivedSpan:
+        handle, sha256, conversation_id, start, end, count, size, created, policy, summary = row
+        return ArchivedSpan(
+            handle=handle,
+            start=start,
+            end=end,
+            count=count,
+            size=size,
+            sha256=sha256,
+            created_at=created,
+            conversation_id=conversation_id,
+            policy=policy,
+            summary=summary,
+        )
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def put(
+        self,
+        messages: Sequence[Mapping[str, Any]] | bytes | bytearray | memoryview,
+        *,
+        start: int = 0,
+        conversation_id: str | None = None,
+        policy: str | None = None,
+        summary: str | None = None,
+    ) -> ArchivedSpan:
+        """Store a span's messages verbatim and return its record; one transaction.
+
+        Args:
+            messages: the span's messages, or their serialization as raw bytes (a UTF-8 JSON
+                list of objects, stored exactly as given and addressed by those bytes).
+            start: index in the transcript of the span's first message; ``end`` is
+                ``start + count``.
+            conversation_id: the conversation (``gen_ai.conversation.id``) it came from.
+            policy: name of the policy that allowed the compaction.
+            summary: the summary that replaced the span (see also `attach_summary`).
+
+        Storing bytes already stored returns the existing record, metadata unchanged.
+        Raises `ArchiveError` for an empty span, data JSON cannot carry exactly, or bytes
+        that are not a JSON list of message objects.
+        """
+        if isinstance(messages, (bytes, bytearray, memoryview)):
+            data = bytes(messages)
+            count = len(_decode(data))
+        else:
+            data = canonical_bytes(messages)
+            count = len(messages)
+        if count == 0:
+            raise ArchiveError("nothing to archive: the span has no messages", path=self._path)
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ArchiveError(f"start must be a non-negative integer, got {start!r}")
+        digest = hashlib.sha256(data).hexdigest()
+        handle = HANDLE_PREFIX + digest[:_HANDLE_HEX_DIGITS]
+        with self._connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    f"INSERT INTO {_TABLE} (handle, sha256, conversation_id, span_start, "
+                    "span_end, message_count, size, created_at, policy, summary, data) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (handle) DO NOTHING",
+                    (
+                        handle,
+                        digest,
+                        conversation_id,
+                        start,
+                        start + count,
+                        count,
+                        len(data),
+                        time.time(),
+                        policy,
+                        summary,
+                        data,
+                    ),
+                )
+                row = conn.execute(
+                    f"SELECT {_META_COLUMNS} FROM {_TABLE} WHERE handle = ?", (handle,)
+                ).fetchone()
+                if row is None or row[1] != digest:
+                    raise ArchiveError(
+                        f"handle {handle} in archive {self._path} already holds a different "
+                        "span (SHA-256 prefix collision); refusing to overwrite it",
+                        path=self._path,
+                        handle=handle,
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return self._record(row)
+
+    def put_span(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        start: int,
+        end: int,
+        *,
+        conversation_id: str | None = None,
+        policy: str | None = None,
+        summary: str | None = None,
+    ) -> ArchivedSpan:
+        """Archive ``messages[start:end]`` of a whole transcript, recording where it came from."""
+        if not 0 <= start < end <= len(messages):
+            raise ArchiveError(
+                f"span {start}:{end} is not a non-empty span of {len(messages)} messages"
+            )
+        return self.put(
+            messages[start:end],
+            start=start,
+            conversation_id=conversation_id,
+            policy=policy,
+            summary=summary,
+        )
+
+    def attach_summary(self, handle: str, summary: str) -> ArchivedSpan:
+        """Record (or replace) the summary that replaced an archived span; return the record."""
+        with self._connection() as conn:
+            cursor = conn.execute(
+                f"UPDATE {_TABLE} SET summary = ? WHERE handle = ?", (summary, handle)
+            )
+            if cursor.rowcount == 0:
+                raise self._unknown(handle)
+        return self.get(handle)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, handle: str) -> ArchivedSpan:
+        """The record of an archived span (metadata only); `ArchiveError` if unknown."""
+        with self._connection() as conn:
+            row = conn.execute(
+                f"SELECT {_META_COLUMNS} FROM {_TABLE} WHERE handle = ?", (handle,)
+            ).fetchone()
+        if row is None:
+            raise self._unknown(handle)
+        return self._record(row)
+
+    def recall_bytes(self, handle: str) -> bytes:
+        """The stored bytes of a span, byte for byte, after checking their SHA-256."""
+        with self._connection() as conn:
+            row = conn.execute(
+                f"SELECT sha256, data FROM {_TABLE} WHERE handle = ?", (handle,)
+            ).fetchone()
+        if row is None:
+            raise self._unknown(handle)
+        digest, data = row[0], bytes(row[1])
+        if hashlib.sha256(data).hexdigest() != digest or not digest.startswith(
+            handle[len(HANDLE_PREFIX) :]
+        ):
+            raise ArchiveError(
+                f"archived span {handle} in archive {self._path} is corrupt: "
+                "its bytes no longer match their SHA-256",
+                path=self._path,
+                handle=handle,
+            )
+        return data
+
+    def recall(self, handle: str) -> list[dict[str, Any]]:
+        """The messages of an archived span, equal to the messages that were stored."""
+        data = self.recall_bytes(handle)
+        try:
+            return _decode(data)
+        except ArchiveError as exc:
+            raise ArchiveError(
+                f"archived span {handle} in archive {self._path}: {exc}",
+                path=self._path,
+                handle=handle,
+            ) from None
+
+    def spans(self, conversation_id: str | None = None) -> list[ArchivedSpan]:
+        """Records of every archived span (of one conversation when given), oldest first."""
+        query = f"SELECT {_META_COLUMNS} FROM {_TABLE}"
+        params: tuple[str, ...] = ()
+        if conversation_id is not None:
+            query += " WHERE conversation_id = ?"
+            params = (conversation_id,)
+        with self._connection() as conn:
+            rows = conn.execute(query + " ORDER BY rowid", params).fetchall()
+        return [self._record(row) for row in rows]
+
+    def __contains__(self, handle: object) -> bool:
+        if not isinstance(handle, str):
+            return False
+        with self._connection() as conn:
+            row = conn.execute(f"SELECT 1 FROM {_TABLE} WHERE handle = ?", (handle,)).fetchone()
+        return row is not None
+
+    def __len__(self) -> int:
+        with self._connection() as conn:
+            return int(conn.execute(f"SELECT count(*) FROM {_TABLE}").fetchone()[0])
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the database; later calls raise `ArchiveError`. Closing twice is harmless."""
+        with self._lock:
+            if self._conn is not None:
+                conn, self._conn = self._conn, None
+                conn.close()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._conn is None else "open"
+        return f"Archive({str(self._path)!r}, {state})"
+
+
+# -- the recall tool -------------------------------------------------------------------------
+
+_TOOL_DESCRIPTION: Final = (
+    "Return the exact original messages of a transcript span that was compacted into a "
+    "summary, as a JSON list. Use it when a summary cites an archived span (a handle such as "
+    f"{HANDLE_PREFIX}0123456789abcdef01234567) and you need what was actually said or "
+    "returned there: exact values, tool results, errors or empty results."
+)
+_HANDLE_DESCRIPTION: Final = (
+    f"The archived span's handle: {HANDLE_PREFIX} followed by {_HANDLE_HEX_DIGITS} hex digits, "
+    "as cited in the summary."
+)
+
+ToolStyle = Literal["plain", "openai_chat", "openai_responses", "anthropic"]
+
+
+def recall_tool_definition(style: ToolStyle = "plain") -> dict[str, Any]:
+    """The recall tool's definition, for a model's tool list.
+
+    ``plain`` is ``{"name", "description", "parameters"}`` (a JSON Schema object with one
+    string property, ``handle``); ``openai_chat`` wraps it as a Chat Completions function
+    tool, ``openai_responses`` as a Responses function tool, and ``anthropic`` uses
+    ``input_schema`` as the Messages API expects.
+    """
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {"handle": {"type": "string", "description": _HANDLE_DESCRIPTION}},
+        "required": ["handle"],
+        "additionalProperties": False,
+    }
+    plain: dict[str, Any] = {
+        "name": RECALL_TOOL_NAME,
+        "description": _TOOL_DESCRIPTION,
+        "parameters": parameters,
+    }
+    if style == "plain":
+        return plain
+    if style == "openai_chat":
+        return {"type": "function", "function": plain}
+    if style == "openai_responses":
+        return {"type": "function", **plain}
+    if style == "anthropic":
+        return {
+            "name": RECALL_TOOL_NAME,
+            "description": _TOOL_DESCRIPTION,
+            "input_schema": parameters,
+        }
+    raise ValueError(f"unknown tool style {style!r}; expected plain, openai_chat, "
+                     "openai_responses or anthropic")  # fmt: skip
+
+
+def make_recall_tool(archive: Archive) -> Callable[[str], str]:
+    """A tool function for the agent: handle in, the archived messages as JSON text out.
+
+    The text is the stored serialization itself (compact JSON, UTF-8), so the agent reads the
+    span exactly as it was. It never raises: an unknown or malformed handle, or an unreadable
+    archive, gives one line starting with ``error:``. The function is named
+    ``recall_archived_span`` and documented, so frameworks that build tools from functions
+    can take it as it is; `recall_tool_definition` gives the definition for raw tool lists.
+    """
+
+    def recall_archived_span(handle: str) -> str:
+        """Return the exact original messages of a compacted transcript span, as JSON.
+
+        Args:
+            handle: the archived span's handle (arc_ and 24 hex digits) cited in the summary.
+        """
+        key = handle.strip() if isinstance(handle, str) else handle
+        try:
+            return archive.recall_bytes(key).decode("utf-8")
+        except ArchiveError as exc:
+            return f"error: {exc}"
+        except UnicodeDecodeError:
+            return f"error: archived span {key} in archive {archive.path} is not UTF-8 text"
+
+    return recall_archived_span
