@@ -321,7 +321,7 @@ def _decide(
             **extra,
         )
 
-    extended_end = _extension(analysis, start, end)
+    extended_end = _extension(analysis, start, end, addressable)
     for candidate in dict.fromkeys((extended_end, end)):
         findings = run_rules(SpanView(analysis, start, candidate, addressable))
         if not any(f.severity == "block" for f in findings):
@@ -346,14 +346,15 @@ def _decide(
                 findings=tuple(older),
                 must_carry=_must_carry(analysis, older),
             )
-    return decision("refuse", (start, end), obligations=named, findings=tuple(findings))
+    # A refusal reports the span as requested (the contract), protected head included.
+    return decision("refuse", requested, obligations=named, findings=tuple(findings))
 
 
 def _blocks(analysis: Analysis, rule: str, addressable: bool) -> bool:
     return analysis.policy.severity(rule, addressable=addressable) == "block"
 
 
-def _extension(analysis: Analysis, start: int, end: int) -> int:
+def _extension(analysis: Analysis, start: int, end: int, addressable: bool) -> int:
     """The first cut at or after `end` that closes every blocking obligation arising in the
     span, or `end` itself when none exists within the extension limit."""
     limit = end + analysis.policy.extension_limit
@@ -363,7 +364,7 @@ def _extension(analysis: Analysis, start: int, end: int) -> int:
     while i < len(obligations) and obligations[i].opened < target:
         tracked = obligations[i]
         i += 1
-        if not _blocks(analysis, tracked.rule, False):
+        if not _blocks(analysis, tracked.rule, addressable):
             continue
         if tracked.resolved is None:
             return end

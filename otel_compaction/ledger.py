@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -121,6 +121,7 @@ class ObligationLedger:
         self._sequence = itertools.count()
         self._max_conversations = max_conversations
         self._max_records = max_records_per_conversation
+        self._open_counts: dict[ObligationKind, int] = {}
         self._change_listeners: list[Callable[[Obligation, Obligation | None], None]] = []
         self._overflow_listeners: list[Callable[[Obligation], None]] = []
         self.subscribe(on_change=on_change, on_overflow=on_overflow)
@@ -149,21 +150,22 @@ class ObligationLedger:
     ) -> Obligation:
         """Record a new open obligation and return it."""
         conversation_id = conversation_id or DEFAULT_CONVERSATION
-        record = Obligation(
-            kind=kind,
-            id=obligation_id,
-            name=name,
-            conversation_id=conversation_id,
-            sequence=next(self._sequence),
-            opened_at_ns=time.time_ns(),
-        )
         dropped: list[Obligation] = []
         with self._lock:
+            # The sequence is taken under the lock, so that records of one id are queued in
+            # the order of their sequence numbers (earliest first), whatever the threads do.
+            record = Obligation(
+                kind, obligation_id, name, conversation_id, next(self._sequence), time.time_ns()
+            )
             conversation = self._conversation(conversation_id, dropped)
             conversation.records[record.sequence] = record
-            conversation.open_by_id.setdefault((kind, obligation_id), deque()).append(
-                record.sequence
-            )
+            key = (kind, obligation_id)
+            waiting = conversation.open_by_id.get(key)
+            if waiting is None:
+                conversation.open_by_id[key] = deque((record.sequence,))
+            else:
+                waiting.append(record.sequence)
+            self._open_counts[kind] = self._open_counts.get(kind, 0) + 1
             if len(conversation.records) > self._max_records:
                 lost = self._evict_record(conversation)
                 if lost.is_open:
@@ -186,12 +188,23 @@ class ObligationLedger:
             waiting = conversation.open_by_id.get((kind, obligation_id)) if conversation else None
             if conversation is None or not waiting:
                 return None
+            self._conversations.move_to_end(conversation_id)  # resolving touches it too
             sequence = waiting.popleft()
             if not waiting:
                 del conversation.open_by_id[(kind, obligation_id)]
             before = conversation.records[sequence]
-            after = replace(before, status=status, resolved_at_ns=time.time_ns())
+            after = Obligation(
+                before.kind,
+                before.id,
+                before.name,
+                before.conversation_id,
+                before.sequence,
+                before.opened_at_ns,
+                status,
+                time.time_ns(),
+            )
             conversation.records[sequence] = after
+            self._open_counts[kind] -= 1
         self._notify(after, before, [])
         return after
 
@@ -256,12 +269,20 @@ class ObligationLedger:
     def forget(self, conversation_id: str) -> None:
         """Drop a finished conversation's records."""
         with self._lock:
-            self._conversations.pop(conversation_id, None)
+            forgotten = self._conversations.pop(conversation_id, None)
+            if forgotten is not None:
+                self._uncount(forgotten.records.values())
 
     def conversations(self) -> tuple[str, ...]:
         """Ids of the conversations the ledger holds."""
         with self._lock:
             return tuple(self._conversations)
+
+    def open_counts(self) -> dict[ObligationKind, int]:
+        """How many obligations of each kind are open, across conversations (every kind
+        ever opened is listed, with 0 once all of it is resolved)."""
+        with self._lock:
+            return dict(self._open_counts)
 
     # -- internals (lock held) ---------------------------------------------------------------
 
@@ -271,7 +292,9 @@ class ObligationLedger:
             conversation = self._conversations[conversation_id] = _Conversation()
             while len(self._conversations) > self._max_conversations:
                 _, evicted = self._conversations.popitem(last=False)
-                dropped.extend(r for r in evicted.records.values() if r.is_open)
+                lost = [r for r in evicted.records.values() if r.is_open]
+                self._uncount(lost)
+                dropped.extend(lost)
         else:
             self._conversations.move_to_end(conversation_id)
         return conversation
@@ -282,12 +305,18 @@ class ObligationLedger:
                 del conversation.records[sequence]
                 return record
         sequence, record = conversation.records.popitem(last=False)
+        self._uncount((record,))
         waiting = conversation.open_by_id.get((record.kind, record.id))
         if waiting:
             waiting.remove(sequence)
             if not waiting:
                 del conversation.open_by_id[(record.kind, record.id)]
         return record
+
+    def _uncount(self, records: Iterable[Obligation]) -> None:
+        for record in records:
+            if record.is_open:
+                self._open_counts[record.kind] -= 1
 
     def _notify(
         self, record: Obligation, before: Obligation | None, dropped: list[Obligation]

@@ -189,6 +189,7 @@ class Policy(_Model):
 
     name: str = "custom"
     description: str = ""
+    extends: str | None = None
     rules: Severities = Severities()
     patterns: Patterns = Patterns()
     extension_limit: int = Field(default=16, ge=0)
@@ -271,6 +272,7 @@ class Policy(_Model):
             data = {}
         if not isinstance(data, dict):
             raise PolicyError(f"{source}: expected a mapping at the top, got {type(data).__name__}")
+        data = _inherit(data, source)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -278,6 +280,35 @@ class Policy(_Model):
             key = ".".join(str(part) for part in first["loc"]) or "(top)"
             more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
             raise PolicyError(f"{source}: {key}: {first['msg']}{more}") from None
+
+
+def _inherit(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """Apply ``extends``: a file that sets only a few keys starts from the policy it extends
+    (``default`` unless it says otherwise; ``extends: null`` starts from nothing)."""
+    base_name = data.get("extends", "default")
+    if base_name is None:
+        return data
+    if not isinstance(base_name, str):
+        raise PolicyError(f"{source}: extends: expected a policy name or path, got {base_name!r}")
+    if base_name in BUILTIN_POLICIES:
+        base_path = builtin_policy_dir() / f"{base_name}.yaml"
+    else:
+        base_path = (Path(source).parent / base_name).resolve()
+    if str(base_path) == str(Path(source).resolve()):
+        raise PolicyError(f"{source}: extends: a policy cannot extend itself")
+    base = Policy.load(base_path).model_dump(mode="python", exclude={"name", "description"})
+    base["extends"] = base_name
+    return _merge(base, data)
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def builtin_policy_dir() -> Path:

@@ -279,7 +279,9 @@ class _Parser:
         entry.calls.append(ordinal)
         entry.chars += len(self.calls[-1].arguments)
 
-    def _result(self, entry: Entry, call_id: str, content: Any, error: bool) -> None:
+    def _result(
+        self, entry: Entry, call_id: str, content: Any, error: bool, inline: bool = False
+    ) -> None:
         ordinal = len(self.results)
         result = ToolResult(
             call_id=call_id,
@@ -289,7 +291,15 @@ class _Parser:
             ordinal=ordinal,
         )
         waiting = self.unanswered.get(call_id)
-        if waiting:
+        # A server-side tool (Anthropic `server_tool_use`) runs inside the model's response, so
+        # its result follows its call in the same message.
+        own = (
+            next((o for o in entry.calls if self.calls[o].id == call_id), None) if inline else None
+        )
+        if own is not None and self.calls[own].result is None:
+            result.call = own
+            self.calls[own].result = ordinal
+        elif waiting:
             result.call = waiting.popleft()
             self.calls[result.call].result = ordinal
         self.results.append(result)
@@ -299,7 +309,8 @@ class _Parser:
     def _release(self, entry: Entry) -> None:
         # Calls become answerable only by later messages.
         for ordinal in entry.calls:
-            self.unanswered.setdefault(self.calls[ordinal].id, deque()).append(ordinal)
+            if self.calls[ordinal].result is None:
+                self.unanswered.setdefault(self.calls[ordinal].id, deque()).append(ordinal)
 
     # -- formats -----------------------------------------------------------------------------
 
@@ -377,7 +388,7 @@ class _Parser:
                     block.get("tool_use_id"), f"content[{position}] ({kind})", entry.index
                 )
                 error = block.get("is_error") is True or _is_error_payload(block.get("content"))
-                self._result(entry, call_id, block.get("content"), error)
+                self._result(entry, call_id, block.get("content"), error, kind != "tool_result")
 
     def _chat_tool_calls(self, entry: Entry, tool_calls: Any) -> None:
         if not isinstance(tool_calls, list):
