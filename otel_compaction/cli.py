@@ -98,6 +98,27 @@ def _parser() -> argparse.ArgumentParser:
         "--format", choices=("text", "json"), default="text", help="output format (default: text)"
     )
 
+    demo = commands.add_parser(
+        "demo",
+        help="run the simulated agent with a naive and a guarded compactor, side by side",
+        description="A simulation (a scripted agent, no model) that reconfigures services "
+        "through tools whose results arrive late, so the context fills with calls in flight. "
+        "Each seed runs twice: a naive token-threshold compactor and the guarded one. "
+        "Decision spans print to stderr, or go over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT "
+        "is set.",
+    )
+    demo.add_argument("--runs", type=int, default=12, help="seeded runs (default: 12)")
+    demo.add_argument("--seed", type=int, default=1, help="first seed (default: 1)")
+    demo.add_argument(
+        "--services", type=int, default=6, help="services each agent reconfigures (default: 6)"
+    )
+    demo.add_argument(
+        "--budget", type=int, default=2_400, help="context budget in tokens (default: 2400)"
+    )
+    demo.add_argument(
+        "--quiet", action="store_true", help="print only the table (no progress, no spans)"
+    )
+
     policy = commands.add_parser("policy", help="show, validate or describe policies")
     actions = policy.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="print a policy with every default filled in")
@@ -134,6 +155,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     try:
         if args.command == "check":
             return _check(args, out)
+        if args.command == "demo":
+            return _demo(args, out)
         if args.command == "archive":
             return _archive(args, out)
         return _policy(args, out)
@@ -365,3 +388,20 @@ def _write_archive_list(out: TextIO, path: str, spans: list[ArchivedSpan]) -> No
             f"{span.size:>9}  {_timestamp(span.created_at):20}  "
             f"{span.conversation_id or '-'}  {span.policy or '-'}  {summary}\n"
         )
+
+
+def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    from otel_compaction.demo import DemoConfig, demo_telemetry, run_demo
+
+    if args.runs < 1 or not 1 <= args.services <= 10 or args.budget < 200:
+        raise CompactionError("demo: --runs >= 1, --services 1..10 and --budget >= 200")
+    stream = None if args.quiet else sys.stderr
+    telemetry, exporter = demo_telemetry(stream)
+    config = DemoConfig(runs=args.runs, seed=args.seed, services=args.services, budget=args.budget)
+    try:
+        run_demo(config, telemetry=telemetry, out=out, progress=stream)
+    finally:
+        telemetry.shutdown()
+    if exporter is not None:
+        out.write(f"{exporter.tool_spans} tool-call and result spans recorded\n")
+    return EXIT_OK

@@ -4,7 +4,8 @@
 
 1. A pairing break (or any blocking obligation) whose resolution exists later in the
    transcript: extend the span's end forward to the first cut that closes them, within the
-   policy's extension limit, and compact the extended span.
+   policy's extension limit (without limit when critical: the alternative is a refusal), and
+   compact the extended span.
 2. No blocking finding: compact, with ``must_carry`` (identifiers used after the span, negative
    results inside it, the obligations still open) for the summarizer.
 3. A blocking finding, not critical, and a non-empty closed span ``[start, c)`` before the first
@@ -321,7 +322,7 @@ def _decide(
             **extra,
         )
 
-    extended_end = _extension(analysis, start, end, addressable)
+    extended_end = _extension(analysis, start, end, addressable, critical)
     for candidate in dict.fromkeys((extended_end, end)):
         findings = run_rules(SpanView(analysis, start, candidate, addressable))
         if not any(f.severity == "block" for f in findings):
@@ -354,10 +355,12 @@ def _blocks(analysis: Analysis, rule: str, addressable: bool) -> bool:
     return analysis.policy.severity(rule, addressable=addressable) == "block"
 
 
-def _extension(analysis: Analysis, start: int, end: int, addressable: bool) -> int:
+def _extension(analysis: Analysis, start: int, end: int, addressable: bool, critical: bool) -> int:
     """The first cut at or after `end` that closes every blocking obligation arising in the
     span, or `end` itself when none exists within the extension limit."""
-    limit = end + analysis.policy.extension_limit
+    # When the budget is critical the only alternative is a refusal, and compacting more than
+    # asked is safe, so the limit gives way.
+    limit = len(analysis.transcript) if critical else end + analysis.policy.extension_limit
     target = end
     obligations = analysis.obligations
     i = analysis.obligations_index(start)

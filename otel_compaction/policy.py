@@ -171,11 +171,23 @@ class ProtectedHead(_Model):
 
 
 class Thresholds(_Model):
-    """Context-budget fractions: compaction is considered above ``trigger`` and is
-    critical (deferral no longer allowed) above ``critical``."""
+    """Context-budget fractions: compaction is considered above ``trigger``, is critical
+    (deferral no longer allowed) above ``critical``, and aims to bring usage down to
+    ``target``; the last ``keep_recent`` messages are never compacted."""
 
     trigger: float = Field(default=0.7, gt=0, le=1)
     critical: float = Field(default=0.9, gt=0, le=1)
+    target: float = Field(default=0.5, gt=0, le=1)
+    keep_recent: int = Field(default=2, ge=0)
+
+
+class SummaryChecks(_Model):
+    """What happens when a summary fails verification: it is retried ``retries`` times with
+    the missing items named, then the span is held verbatim (``defer``) or the compaction
+    raises (``refuse``)."""
+
+    retries: int = Field(default=1, ge=0)
+    on_unverified: Literal["defer", "refuse"] = "defer"
 
 
 class Policy(_Model):
@@ -196,6 +208,7 @@ class Policy(_Model):
     protected_head: ProtectedHead = ProtectedHead()
     archived_relaxes: list[RuleName] = Field(default_factory=list)
     thresholds: Thresholds = Thresholds()
+    summaries: SummaryChecks = SummaryChecks()
 
     # -- compiled patterns (the model is frozen, so caching is safe) ---------------------------
 

@@ -255,7 +255,8 @@ class _Parser:
 
     def run(self, messages: list[Any]) -> Transcript:
         for index, message in enumerate(messages):
-            if not isinstance(message, Mapping):
+            # A plain dict skips the slower ABC check.
+            if type(message) is not dict and not isinstance(message, Mapping):
                 raise TranscriptError(
                     f"expected a message object, got {type(message).__name__}",
                     message_index=index,
@@ -267,28 +268,21 @@ class _Parser:
 
     def _call(self, entry: Entry, call_id: str, name: Any, arguments: Any) -> None:
         ordinal = len(self.calls)
+        text = _dump(arguments) if arguments is not None else ""
+        # ToolCall(id, name, message_index, arguments, ordinal), positionally (hot path).
         self.calls.append(
-            ToolCall(
-                id=call_id,
-                name=name if isinstance(name, str) else "",
-                message_index=entry.index,
-                arguments=_dump(arguments) if arguments is not None else "",
-                ordinal=ordinal,
-            )
+            ToolCall(call_id, name if isinstance(name, str) else "", entry.index, text, ordinal)
         )
         entry.calls.append(ordinal)
-        entry.chars += len(self.calls[-1].arguments)
+        entry.chars += len(text)
 
     def _result(
         self, entry: Entry, call_id: str, content: Any, error: bool, inline: bool = False
     ) -> None:
         ordinal = len(self.results)
+        # ToolResult(call_id, message_index, status, text, ordinal), positionally (hot path).
         result = ToolResult(
-            call_id=call_id,
-            message_index=entry.index,
-            status="error" if error else "result",
-            text=_text(content),
-            ordinal=ordinal,
+            call_id, entry.index, "error" if error else "result", _text(content), ordinal
         )
         waiting = self.unanswered.get(call_id)
         # A server-side tool (Anthropic `server_tool_use`) runs inside the model's response, so
@@ -302,6 +296,8 @@ class _Parser:
         elif waiting:
             result.call = waiting.popleft()
             self.calls[result.call].result = ordinal
+            if not waiting:  # freed now rather than kept alive (and GC-scanned) to the end
+                del self.unanswered[call_id]
         self.results.append(result)
         entry.results.append(ordinal)
         entry.chars += len(result.text)
@@ -309,8 +305,12 @@ class _Parser:
     def _release(self, entry: Entry) -> None:
         # Calls become answerable only by later messages.
         for ordinal in entry.calls:
-            if self.calls[ordinal].result is None:
-                self.unanswered.setdefault(self.calls[ordinal].id, deque()).append(ordinal)
+            call = self.calls[ordinal]
+            if call.result is None:
+                queue = self.unanswered.get(call.id)
+                if queue is None:
+                    queue = self.unanswered[call.id] = deque()
+                queue.append(ordinal)
 
     # -- formats -----------------------------------------------------------------------------
 
@@ -342,7 +342,8 @@ class _Parser:
                 f"got {type(content).__name__}",
                 message_index=index,
             )
-        entry = Entry(index=index, role=role, format=PLAIN, text="", chars=0)
+        # Entry(index, role, format, text, chars, calls, results), positionally (hot path).
+        entry = Entry(index, role, PLAIN, "", 0, [], [])
         self.entries.append(entry)
         if role == "tool":
             entry.format = OPENAI_CHAT
@@ -350,17 +351,22 @@ class _Parser:
             call_id = _require_id(call_id, "tool result ('tool_call_id')", index)
             self._result(entry, call_id, content, message.get("error") is True)
             return
-        prose: list[str] = []
-        if isinstance(content, str):
-            prose.append(content)
-        elif isinstance(content, list):
-            self._blocks(entry, content, prose)
+        if type(content) is str:
+            text = content
+        else:
+            prose: list[str] = []
+            if isinstance(content, str):
+                prose.append(content)
+            elif isinstance(content, list):
+                self._blocks(entry, content, prose)
+            text = "\n".join(prose)
         tool_calls = message.get("tool_calls")
         if tool_calls is not None:
             self._chat_tool_calls(entry, tool_calls)
-        entry.text = "\n".join(prose)
-        entry.chars += len(entry.text)
-        self._release(entry)
+        entry.text = text
+        entry.chars += len(text)
+        if entry.calls:
+            self._release(entry)
 
     def _blocks(self, entry: Entry, blocks: list[Any], prose: list[str]) -> None:
         for position, block in enumerate(blocks):
@@ -397,14 +403,14 @@ class _Parser:
                 message_index=entry.index,
             )
         for position, raw in enumerate(tool_calls):
-            if not isinstance(raw, Mapping):
+            if type(raw) is not dict and not isinstance(raw, Mapping):
                 raise TranscriptError(
                     f"tool_calls[{position}] must be an object, got {type(raw).__name__}",
                     message_index=entry.index,
                 )
             call_id = _require_id(raw.get("id"), f"tool_calls[{position}]", entry.index)
             wrapper = raw.get("function") or raw.get("custom")
-            if isinstance(wrapper, Mapping):
+            if type(wrapper) is dict or isinstance(wrapper, Mapping):
                 name, arguments = (
                     wrapper.get("name"),
                     wrapper.get("arguments", wrapper.get("input")),

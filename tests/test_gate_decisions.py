@@ -324,8 +324,13 @@ def test_extension_limit(fmt: str, limit: int, action: str) -> None:
         # Beyond the limit: hold the parallel turn verbatim, compact the closed span before it.
         assert decision.span == (0, 1)
         assert named(decision) == [("tool_call", "b", s.at["b"])]
-        with pytest.raises(OpenObligationError):
-            g.evaluate(s.messages, 0, result_a + 1, critical=True)
+        # At a critical budget the only alternative is a refusal: the limit gives way.
+        critical = g.evaluate(s.messages, 0, result_a + 1, critical=True)
+        assert (critical.action, critical.span, critical.extended) == (
+            "compact",
+            (0, result_b + 1),
+            True,
+        )
 
 
 @fmt_param
@@ -429,9 +434,8 @@ def test_split_response_two_tool_messages_before_their_results(fmt: str) -> None
     assert transcript.closed_cuts() == [0, 1, answer + 1, answer + 2]
     decision = gate().evaluate(s.messages, 0, first + 1)
     assert (decision.action, decision.span) == ("compact", (0, answer + 1))
-    critical = refuse(
-        gate(policy_with(extension_limit=0)), s.messages, 1, second + 1, critical=True
-    )
+    # Before either result has arrived, a critical budget can only refuse, naming both calls.
+    critical = refuse(gate(), s.messages[: second + 1], 1, second + 1, critical=True)
     assert named(critical.decision) == [("tool_call", "f1", first), ("tool_call", "f2", second)]
 
 
@@ -837,11 +841,8 @@ def test_pending_retry_blocks_until_a_retry_succeeds(fmt: str) -> None:
         (0, success + 1),
         True,
     )
-    # With the extension disabled the open retry chain blocks, and nothing older is closed
-    # except the user turn.
-    refused = refuse(
-        gate(policy_with(extension_limit=0)), s.messages, 0, failure + 1, critical=True
-    )
+    # Before the retry succeeds the chain is open: at a critical budget that is a refusal.
+    refused = refuse(g, s.messages[: failure + 2], 0, failure + 1, critical=True)
     assert rules_at(refused.decision, "block") == [("pending_retry", failure)]
     assert named(refused.decision) == [("retry", "x1", failure)]
 

@@ -1,0 +1,445 @@
+"""The guarded compactor: picks the span, asks the gate, obeys the decision, never loses data.
+
+`GuardedCompactor.compact` counts the transcript's tokens against a budget, picks the oldest
+span after the protected head that brings usage down to the policy's target, and asks the
+gate. It then compacts the (possibly extended) span, compacts the older span on a deferral
+while holding the live one verbatim, or raises the refusal. The original span is archived
+before the summary is written when an archive is configured; the summary must pass `verify`
+(retried once with the missing items named) before it may replace anything.
+
+The caller's list is never modified: a new transcript is returned, so any failure (a
+summarizer error, an unverified summary, a crash mid-way) leaves the transcript exactly as it
+was, and the archive only ever holds whole, content-addressed spans.
+
+`GuardedCompactor.force_terminal` is the orchestrator's remedy for a refusal: it resolves the
+named tool calls as abandoned through the ledger (recorded as such), so a retry can proceed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from otel_compaction import semconv
+from otel_compaction.analysis import Analysis
+from otel_compaction.archive import Archive
+from otel_compaction.context import current_conversation_id
+from otel_compaction.errors import CompactionError, CompactionRefused, LiveSpanCompactionError
+from otel_compaction.gate import CompactionGate, Decision, refusal_error
+from otel_compaction.ledger import ObligationLedger
+from otel_compaction.policy import Policy
+from otel_compaction.rules import ObligationRef
+from otel_compaction.summarizers import (
+    ExtractiveSummarizer,
+    Summarizer,
+    SummaryRequest,
+    Verification,
+    retry_request,
+    verify,
+)
+from otel_compaction.telemetry import Telemetry
+from otel_compaction.transcript import OPENAI_RESPONSES, Transcript
+
+__all__ = [
+    "CompactionResult",
+    "GuardedCompactor",
+    "SummaryRejected",
+    "TokenCounter",
+    "char_estimate",
+    "default_token_counter",
+]
+
+_log = logging.getLogger(__name__)
+
+TokenCounter = Callable[[str], int]
+
+
+def char_estimate(text: str) -> int:
+    """About four characters a token: the estimate used when no tokenizer is available."""
+    return math.ceil(len(text) / 4)
+
+
+def default_token_counter() -> TokenCounter:
+    """``tiktoken``'s ``o200k_base`` when it is installed and its encoding can be loaded,
+    otherwise `char_estimate`."""
+    try:
+        import tiktoken
+
+        encoding = tiktoken.get_encoding("o200k_base")
+    except Exception:  # not installed, or its encoding file cannot be fetched here
+        return char_estimate
+
+    def count(text: str) -> int:
+        return len(encoding.encode(text, disallowed_special=()))
+
+    return count
+
+
+class SummaryRejected(LiveSpanCompactionError):
+    """Every summary failed verification and the policy says refuse."""
+
+    def __init__(self, decision: Decision, verification: Verification) -> None:
+        self.verification = verification
+        super().__init__(decision)
+        self.args = (
+            f"{decision.describe()}; the summary failed verification: "
+            + "; ".join(verification.describe()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """What one compaction did. ``messages`` is the new transcript; the input is untouched.
+
+    ``compacted`` is False when nothing was replaced: below the trigger, nothing compactable,
+    or every summary failed verification and the span was held verbatim.
+    """
+
+    messages: list[Any]
+    compacted: bool
+    decision: Decision | None = None
+    span: tuple[int, int] | None = None
+    summary: str | None = None
+    archive_handle: str | None = None
+    tokens_before: int = 0
+    tokens_after: int = 0
+    verification: Verification | None = None
+    attempts: int = 0
+    reason: str = ""
+    """Why nothing was replaced, when ``compacted`` is False."""
+
+
+class GuardedCompactor:
+    """Compacts transcripts only where the gate allows it.
+
+    Example:
+        >>> compactor = GuardedCompactor(budget=2_000)
+        >>> messages = [{"role": "user", "content": "word " * 3_000}]
+        >>> result = compactor.compact(messages + [{"role": "user", "content": "hi"}], force=True)
+        >>> result.compacted, len(result.messages)
+        (False, 2)
+    """
+
+    def __init__(
+        self,
+        summarizer: Summarizer | None = None,
+        *,
+        budget: int,
+        policy: Policy | str = "default",
+        ledger: ObligationLedger | None = None,
+        archive: Archive | None = None,
+        token_counter: TokenCounter | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        """Create a compactor.
+
+        Args:
+            summarizer: writes summaries; `ExtractiveSummarizer` (no model) when None.
+            budget: the context budget in tokens.
+            policy: thresholds, rules and summary checks.
+            ledger: the live obligation ledger (the telemetry's when `telemetry` is given).
+            archive: keeps each compacted span verbatim (reversible compaction) when given.
+            token_counter: counts a text's tokens; tiktoken or a character estimate by default.
+            telemetry: records decisions and compactions as spans, events and metrics.
+        """
+        if budget <= 0:
+            raise ValueError(f"budget must be a positive number of tokens, got {budget}")
+        self.summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
+        self.budget = budget
+        self.telemetry = telemetry
+        if telemetry is not None:
+            self.gate = telemetry.gate(policy)
+        else:
+            self.gate = CompactionGate(policy, ledger=ledger or ObligationLedger())
+        self.policy = self.gate.policy
+        self.ledger: ObligationLedger = self.gate.ledger or ObligationLedger()
+        self.archive = archive
+        self.count_tokens = token_counter or default_token_counter()
+        provider = (
+            telemetry.tracer_provider if telemetry is not None else trace.get_tracer_provider()
+        )
+        from otel_compaction import __version__
+
+        self._tracer = provider.get_tracer(semconv.SCOPE, __version__)
+
+    # -- budget ------------------------------------------------------------------------------
+
+    def message_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Tokens of each message, counted over its JSON form."""
+        return [self.count_tokens(json.dumps(m, ensure_ascii=False, default=str)) for m in messages]
+
+    def tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of the whole transcript."""
+        return sum(self.message_tokens(messages))
+
+    def should_compact(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """True when usage is above the policy's trigger fraction of the budget."""
+        return self.tokens(messages) > self.policy.thresholds.trigger * self.budget
+
+    # -- compaction --------------------------------------------------------------------------
+
+    def compact(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        conversation_id: str | None = None,
+        critical: bool | None = None,
+        force: bool = False,
+    ) -> CompactionResult:
+        """Compact the oldest span the gate allows; return the new transcript.
+
+        Args:
+            messages: the transcript (not modified).
+            conversation_id: whose ledger to cross-check (else the current scope).
+            critical: the budget is critical; by default, usage above the critical fraction.
+            force: compact even below the trigger.
+
+        Raises:
+            CompactionRefused: the gate refused (as `OpenObligationError` or
+                `LiveSpanCompactionError`), or `SummaryRejected` when every summary failed
+                verification and the policy says refuse.
+        """
+        original = list(messages)
+        per_message = self.message_tokens(original)
+        before = sum(per_message)
+        thresholds = self.policy.thresholds
+        if not force and before <= thresholds.trigger * self.budget:
+            return CompactionResult(
+                original, False, tokens_before=before, tokens_after=before,
+                reason="usage is below the trigger",
+            )  # fmt: skip
+        if critical is None:
+            critical = before >= thresholds.critical * self.budget
+        analysis = self.gate.analyse(original, conversation_id=conversation_id)
+        span = self._pick_span(per_message, analysis.head, before)
+        if span is None:
+            return CompactionResult(
+                original, False, tokens_before=before, tokens_after=before,
+                reason="nothing between the protected head and the kept recent messages",
+            )  # fmt: skip
+        decision = self._evaluate(analysis, span, critical, conversation_id)
+        # The gate may extend the span to close a pairing break, but the last `keep_recent`
+        # messages are never compacted: ask again for the span up to an earlier closed cut.
+        limit = len(original) - thresholds.keep_recent
+        while decision.action == "compact" and decision.span[1] > limit:
+            start, requested_end = decision.span[0], decision.requested[1]
+            shorter = next(
+                (c for c in range(requested_end - 1, start, -1) if analysis.pair_closed[c]), None
+            )
+            if shorter is None:
+                return CompactionResult(
+                    original, False, tokens_before=before, tokens_after=before,
+                    reason="no closed span ends before the kept recent messages",
+                )  # fmt: skip
+            decision = self._evaluate(analysis, (start, shorter), critical, conversation_id)
+        if decision.action == "refuse":
+            raise refusal_error(decision)
+        with self._tracer.start_as_current_span(
+            semconv.APPLY_SPAN, kind=SpanKind.INTERNAL
+        ) as telemetry_span:
+            try:
+                result = self._apply(original, analysis.transcript, decision, before)
+            except Exception as exc:
+                telemetry_span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
+                telemetry_span.set_status(Status(StatusCode.ERROR, str(exc)))
+                raise
+            _record(telemetry_span, result)
+        return result
+
+    def force_terminal(
+        self,
+        obligations: CompactionRefused | Iterable[ObligationRef],
+        *,
+        conversation_id: str | None = None,
+        reason: str = "forced terminal before compaction",
+    ) -> int:
+        """Resolve the named tool calls as abandoned (the orchestrator's remedy for a
+        refusal); return how many were resolved. Recorded through the ledger and, when a
+        recorder holds the call, as its abandonment span."""
+        if isinstance(obligations, CompactionRefused):
+            refs: Iterable[ObligationRef] = obligations.obligations
+            conversation_id = conversation_id or obligations.decision.conversation_id
+        else:
+            refs = obligations
+        # The same conversation `compact` cross-checks: the current scope when none is named.
+        conversation_id = conversation_id or current_conversation_id()
+        resolved = 0
+        for ref in refs:
+            if ref.kind != "tool_call":
+                continue
+            if self.telemetry is not None and self.telemetry.recorder.resolve(
+                ref.id, reason, status="abandoned", conversation_id=conversation_id
+            ):
+                resolved += 1
+                continue
+            if self.ledger.resolve(conversation_id, ref.id, "abandoned") is None:
+                # The ledger never saw the call (it came from the transcript alone).
+                self.ledger.open(conversation_id, "tool_call", ref.id, name=ref.name)
+                self.ledger.resolve(conversation_id, ref.id, "abandoned")
+            resolved += 1
+        return resolved
+
+    def compact_or_force(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        conversation_id: str | None = None,
+        critical: bool | None = None,
+        force: bool = False,
+    ) -> CompactionResult:
+        """`compact`; on a refusal over open tool calls, `force_terminal` them and retry once."""
+        try:
+            return self.compact(
+                messages, conversation_id=conversation_id, critical=critical, force=force
+            )
+        except SummaryRejected:
+            raise
+        except CompactionRefused as refused:
+            if not any(ref.kind == "tool_call" for ref in refused.obligations):
+                raise
+            self.force_terminal(refused, conversation_id=conversation_id)
+            return self.compact(
+                messages, conversation_id=conversation_id, critical=critical, force=force
+            )
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _evaluate(
+        self,
+        analysis: Analysis,
+        span: tuple[int, int],
+        critical: bool,
+        conversation_id: str | None,
+    ) -> Decision:
+        return self.gate.evaluate(
+            analysis,
+            span[0],
+            span[1],
+            critical=critical,
+            conversation_id=conversation_id,
+            addressable=self.archive is not None,
+            raise_on_refuse=False,
+        )
+
+    def _pick_span(self, per_message: list[int], head: int, total: int) -> tuple[int, int] | None:
+        """The oldest span after the head whose removal brings usage to the target."""
+        limit = len(per_message) - self.policy.thresholds.keep_recent
+        if limit <= head:
+            return None
+        excess = total - self.policy.thresholds.target * self.budget
+        covered = 0
+        end = head
+        while end < limit and (covered < excess or end == head):
+            covered += per_message[end]
+            end += 1
+        return head, end
+
+    def _apply(
+        self,
+        original: list[Any],
+        transcript: Transcript,
+        decision: Decision,
+        before: int,
+    ) -> CompactionResult:
+        start, end = decision.span
+        span_messages = original[start:end]
+        handle = None
+        if self.archive is not None:
+            handle = self.archive.put(
+                span_messages,
+                start=start,
+                conversation_id=decision.conversation_id,
+                policy=self.policy.name,
+            ).handle
+        request = SummaryRequest(
+            # A copy: a summarizer that edits its input must not edit the caller's messages.
+            messages=copy.deepcopy(span_messages),
+            span=(start, end),
+            pending=decision.must_carry.pending,
+            identifiers=decision.must_carry.identifiers,
+            negatives=decision.must_carry.negatives,
+            archive_handle=handle,
+        )
+        summary, verification, attempts = self._summarize(request)
+        if not verification.ok:
+            if self.policy.summaries.on_unverified == "refuse":
+                raise SummaryRejected(decision, verification)
+            return CompactionResult(
+                original, False, decision, (start, end), None, handle, before, before,
+                verification, attempts, "the summary failed verification; span held verbatim",
+            )  # fmt: skip
+        replacement = _summary_message(summary, transcript.format)
+        after = before - sum(self.message_tokens(span_messages)) + self.tokens([replacement])
+        if after >= before:
+            return CompactionResult(
+                original, False, decision, (start, end), summary, handle, before, before,
+                verification, attempts, "the summary is no smaller than the span",
+            )  # fmt: skip
+        if handle is not None and self.archive is not None:
+            self.archive.attach_summary(handle, summary)
+        new = [*original[:start], replacement, *original[end:]]
+        return CompactionResult(
+            new, True, decision, (start, end), summary, handle, before, after, verification,
+            attempts,
+        )  # fmt: skip
+
+    def _summarize(self, request: SummaryRequest) -> tuple[str, Verification, int]:
+        attempts = 0
+        current = request
+        while True:
+            attempts += 1
+            summary = self.summarizer.summarize(current)
+            if not isinstance(summary, str):
+                raise CompactionError(
+                    f"summarizer {type(self.summarizer).__name__} returned "
+                    f"{type(summary).__name__}, expected str"
+                )
+            verification = verify(summary, request)
+            if verification.ok or attempts > self.policy.summaries.retries:
+                return summary, verification, attempts
+            current = retry_request(request, verification)
+
+
+def _summary_message(summary: str, transcript_format: str) -> dict[str, Any]:
+    if transcript_format == OPENAI_RESPONSES:
+        return {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": summary}],
+        }
+    return {"role": "user", "content": summary}
+
+
+def _record(span: trace.Span, result: CompactionResult) -> None:
+    decision = result.decision
+    attributes: dict[str, Any] = {
+        semconv.TOKENS_BEFORE: result.tokens_before,
+        semconv.TOKENS_AFTER: result.tokens_after,
+        semconv.COMPACTED: result.compacted,
+        semconv.SUMMARY_ATTEMPTS: result.attempts,
+        semconv.VERIFIED: bool(result.verification and result.verification.ok),
+    }
+    if decision is not None:
+        attributes[semconv.ACTION] = decision.action
+        if decision.conversation_id:
+            attributes[semconv.GEN_AI_CONVERSATION_ID] = decision.conversation_id
+    if result.span is not None:
+        attributes[semconv.SPAN_START], attributes[semconv.SPAN_END] = result.span
+    if result.archive_handle:
+        attributes[semconv.ARCHIVE_HANDLE] = result.archive_handle
+    span.set_attributes(attributes)
+    if result.compacted:
+        span.add_event(semconv.EVENT_CONVERSATION_COMPACTED, attributes)
+    elif result.verification is not None and not result.verification.ok:
+        span.add_event(
+            semconv.EVENT_SUMMARY_REJECTED,
+            {semconv.MISSING: list(result.verification.describe())},
+        )
