@@ -15,6 +15,7 @@ Example:
 
 from otel_compaction.analysis import Analysis
 from otel_compaction.archive import Archive, ArchivedSpan
+from otel_compaction.compactor import CompactionResult, GuardedCompactor, SummaryRejected
 from otel_compaction.context import conversation, current_conversation_id
 from otel_compaction.errors import (
     ArchiveError,
@@ -30,6 +31,14 @@ from otel_compaction.ledger import LedgerSnapshot, Obligation, ObligationLedger
 from otel_compaction.metrics import CompactionMetrics
 from otel_compaction.policy import Policy
 from otel_compaction.rules import Finding, ObligationRef
+from otel_compaction.summarizers import (
+    ExtractiveSummarizer,
+    ModelSummarizer,
+    Summarizer,
+    SummaryRequest,
+    Verification,
+    verify,
+)
 from otel_compaction.telemetry import DecisionTelemetry, Telemetry, configure
 from otel_compaction.tracing import (
     LedgerSpanProcessor,
@@ -49,12 +58,16 @@ __all__ = [
     "CompactionGate",
     "CompactionMetrics",
     "CompactionRefused",
+    "CompactionResult",
     "Decision",
     "DecisionTelemetry",
+    "ExtractiveSummarizer",
     "Finding",
+    "GuardedCompactor",
     "LedgerSnapshot",
     "LedgerSpanProcessor",
     "LiveSpanCompactionError",
+    "ModelSummarizer",
     "MustCarry",
     "Obligation",
     "ObligationLedger",
@@ -65,14 +78,19 @@ __all__ = [
     "PolicyError",
     "RetryChain",
     "SpanError",
+    "Summarizer",
+    "SummaryRejected",
+    "SummaryRequest",
     "Telemetry",
     "ToolCallHandle",
     "ToolCallRecorder",
     "Transcript",
     "TranscriptError",
+    "Verification",
     "configure",
     "conversation",
     "current_conversation_id",
+    "verify",
 ]
 
 __version__ = "0.1.0"
