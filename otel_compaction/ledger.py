@@ -12,7 +12,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -79,9 +79,10 @@ class _Conversation:
     __slots__ = ("open_by_id", "records")
 
     def __init__(self) -> None:
-        # sequence -> record, in opening order; open ids map to a FIFO of sequences.
+        # sequence -> record, in opening order; open ids map to a FIFO of sequences (a list:
+        # almost always of one element, and far smaller than a deque).
         self.records: OrderedDict[int, Obligation] = OrderedDict()
-        self.open_by_id: dict[tuple[str, str], deque[int]] = {}
+        self.open_by_id: dict[tuple[str, str], list[int]] = {}
 
 
 class ObligationLedger:
@@ -157,12 +158,16 @@ class ObligationLedger:
             record = Obligation(
                 kind, obligation_id, name, conversation_id, next(self._sequence), time.time_ns()
             )
-            conversation = self._conversation(conversation_id, dropped)
+            conversation = self._conversations.get(conversation_id)
+            if conversation is None:
+                conversation = self._conversation(conversation_id, dropped)
+            else:
+                self._conversations.move_to_end(conversation_id)
             conversation.records[record.sequence] = record
             key = (kind, obligation_id)
             waiting = conversation.open_by_id.get(key)
             if waiting is None:
-                conversation.open_by_id[key] = deque((record.sequence,))
+                conversation.open_by_id[key] = [record.sequence]
             else:
                 waiting.append(record.sequence)
             self._open_counts[kind] = self._open_counts.get(kind, 0) + 1
@@ -189,7 +194,7 @@ class ObligationLedger:
             if conversation is None or not waiting:
                 return None
             self._conversations.move_to_end(conversation_id)  # resolving touches it too
-            sequence = waiting.popleft()
+            sequence = waiting.pop(0)
             if not waiting:
                 del conversation.open_by_id[(kind, obligation_id)]
             before = conversation.records[sequence]
@@ -224,15 +229,14 @@ class ObligationLedger:
             waiting = conversation.open_by_id.get((kind, old_id)) if conversation else None
             if conversation is None or not waiting:
                 return None
-            sequence = waiting.popleft()
+            sequence = waiting.pop(0)
             if not waiting:
                 del conversation.open_by_id[(kind, old_id)]
             record = replace(conversation.records[sequence], id=new_id)
             conversation.records[sequence] = record
-            queue = conversation.open_by_id.setdefault((kind, new_id), deque())
+            queue = conversation.open_by_id.setdefault((kind, new_id), [])
             queue.append(sequence)
-            if len(queue) > 1:  # keep the FIFO in opening order
-                conversation.open_by_id[(kind, new_id)] = deque(sorted(queue))
+            queue.sort()  # keep the FIFO in opening order
             return record
 
     def snapshot(self, conversation_id: str | None) -> LedgerSnapshot:
@@ -321,6 +325,8 @@ class ObligationLedger:
     def _notify(
         self, record: Obligation, before: Obligation | None, dropped: list[Obligation]
     ) -> None:
+        if not self._change_listeners and not dropped:
+            return
         for listener in self._change_listeners:
             try:
                 listener(record, before)

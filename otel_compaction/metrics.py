@@ -3,12 +3,17 @@ duplicate calls, ledger overflow, and the semantic-convention tool duration.
 
 `CompactionMetrics.watch` subscribes the instruments to a ledger, so every way an obligation
 is opened or resolved (recorder, span processor, auto-instrumentation) is counted once, where
-it happens. Attributes are low-cardinality only: kinds, statuses, actions, rules, tool names.
+it happens; the open obligations are observed from the ledgers' own counts. Attributes are
+low-cardinality only: kinds, statuses, actions, rules, tool names.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 import time
+import weakref
 from collections.abc import Iterable
 
 from opentelemetry import metrics
@@ -18,6 +23,8 @@ from otel_compaction import semconv
 from otel_compaction.ledger import Obligation, ObligationLedger
 
 __all__ = ["CompactionMetrics"]
+
+_log = logging.getLogger(__name__)
 
 # Seconds; tool calls run from milliseconds to many minutes.
 _AGE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -29,15 +36,13 @@ class CompactionMetrics:
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
         from otel_compaction import __version__
 
-        meter = (meter_provider or metrics.get_meter_provider()).get_meter(
-            semconv.SCOPE, __version__
-        )
-        self._ledgers: list[ObligationLedger] = []
-        self.open_obligations = meter.create_up_down_counter(
-            semconv.METRIC_OPEN_OBLIGATIONS,
-            unit="{obligation}",
-            description="Obligations (tool calls, transactions, retries, commitments) still open.",
-        )
+        provider = meter_provider or metrics.get_meter_provider()
+        try:
+            meter = provider.get_meter(semconv.SCOPE, __version__)
+        except Exception:  # telemetry never breaks the host: record nothing instead
+            _log.exception("otel-compaction: getting a meter failed; metrics are off")
+            meter = metrics.NoOpMeter(semconv.SCOPE, __version__)
+        self._observed = _observed(provider, meter)
         self.obligation_age = meter.create_histogram(
             semconv.METRIC_OBLIGATION_AGE,
             unit="s",
@@ -75,6 +80,45 @@ class CompactionMetrics:
             description="Duration of tool executions.",
             explicit_bucket_boundaries_advisory=_AGE_BUCKETS,
         )
+
+    def watch(self, ledger: ObligationLedger) -> None:
+        """Observe `ledger`: its open obligations from now on as they are, and the ages and
+        overflows of what happens in it from now on."""
+        with _OBSERVED_LOCK:
+            if any(known is ledger for known in self._observed.ledgers):
+                return
+            self._observed.ledgers.append(ledger)
+        ledger.subscribe(on_change=self._changed, on_overflow=self._overflowed)
+
+    def _changed(self, record: Obligation, before: Obligation | None) -> None:
+        if before is not None and before.is_open and not record.is_open:
+            self.obligation_age.record(
+                record.age_seconds,
+                {semconv.OBLIGATION_KIND: record.kind, semconv.OBLIGATION_STATUS: record.status},
+            )
+
+    def _overflowed(self, record: Obligation) -> None:
+        self.ledger_overflow.add(1, {semconv.OBLIGATION_KIND: record.kind})
+
+
+class _Observed:
+    """The ledgers one meter provider observes, and its asynchronous instruments' callbacks.
+
+    The open obligations are observed from the ledgers' own counts at collection time: exact
+    whenever watching began and whatever took a record out of a ledger (resolution, overflow,
+    forget), and free per call. An SDK meter keeps the callbacks of the first registration of
+    an instrument name only, so there is one `_Observed` per meter provider, shared by every
+    `CompactionMetrics` made on it.
+    """
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self.ledgers: list[ObligationLedger] = []
+        meter.create_observable_up_down_counter(
+            semconv.METRIC_OPEN_OBLIGATIONS,
+            callbacks=[self._open_counts],
+            unit="{obligation}",
+            description="Obligations (tool calls, transactions, retries, commitments) still open.",
+        )
         meter.create_observable_gauge(
             semconv.METRIC_OLDEST_OBLIGATION_AGE,
             callbacks=[self._oldest_age],
@@ -82,32 +126,37 @@ class CompactionMetrics:
             description="Age of the oldest obligation still open.",
         )
 
-    def watch(self, ledger: ObligationLedger) -> None:
-        """Count what happens in `ledger` from now on."""
-        if any(known is ledger for known in self._ledgers):
-            return
-        self._ledgers.append(ledger)
-        ledger.subscribe(on_change=self._changed, on_overflow=self._overflowed)
-
-    def _changed(self, record: Obligation, before: Obligation | None) -> None:
-        kind = {semconv.OBLIGATION_KIND: record.kind}
-        if before is None:
-            self.open_obligations.add(1, kind)
-        elif before.is_open and not record.is_open:
-            self.open_obligations.add(-1, kind)
-            self.obligation_age.record(
-                record.age_seconds,
-                {semconv.OBLIGATION_KIND: record.kind, semconv.OBLIGATION_STATUS: record.status},
-            )
-
-    def _overflowed(self, record: Obligation) -> None:
-        kind = {semconv.OBLIGATION_KIND: record.kind}
-        self.open_obligations.add(-1, kind)
-        self.ledger_overflow.add(1, kind)
+    def _open_counts(self, _options: CallbackOptions) -> Iterable[Observation]:
+        totals: dict[str, int] = {}
+        for ledger in tuple(self.ledgers):
+            for kind, count in ledger.open_counts().items():
+                totals[kind] = totals.get(kind, 0) + count
+        return [
+            Observation(count, {semconv.OBLIGATION_KIND: kind})
+            for kind, count in sorted(totals.items())
+        ]
 
     def _oldest_age(self, _options: CallbackOptions) -> Iterable[Observation]:
         now = time.time_ns()
-        oldest = [o for o in (ledger.oldest_open() for ledger in self._ledgers) if o is not None]
+        ledgers = tuple(self.ledgers)
+        oldest = [o for o in (ledger.oldest_open() for ledger in ledgers) if o is not None]
         if not oldest:
             return [Observation(0.0)]
         return [Observation((now - min(o.opened_at_ns for o in oldest)) / 1e9)]
+
+
+_OBSERVED: weakref.WeakKeyDictionary[MeterProvider, _Observed] = weakref.WeakKeyDictionary()
+_OBSERVED_LOCK = threading.Lock()
+
+
+def _observed(provider: MeterProvider, meter: metrics.Meter) -> _Observed:
+    with _OBSERVED_LOCK:
+        try:
+            observed = _OBSERVED.get(provider)
+        except TypeError:  # a provider that cannot be weakly referenced: not shared
+            observed = None
+        if observed is None:
+            observed = _Observed(meter)
+            with contextlib.suppress(TypeError):
+                _OBSERVED[provider] = observed
+        return observed

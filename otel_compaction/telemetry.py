@@ -36,7 +36,12 @@ from otel_compaction.gate import CompactionGate, Decision
 from otel_compaction.ledger import ObligationLedger
 from otel_compaction.metrics import CompactionMetrics
 from otel_compaction.policy import Policy
-from otel_compaction.tracing import LedgerSpanProcessor, ObligationSampler, ToolCallRecorder
+from otel_compaction.tracing import (
+    LedgerSpanProcessor,
+    ObligationSampler,
+    ToolCallRecorder,
+    package_tracer,
+)
 
 __all__ = ["DecisionTelemetry", "Telemetry", "configure"]
 
@@ -56,13 +61,11 @@ class DecisionTelemetry:
     obligation ids, and the decision metrics."""
 
     def __init__(self, tracer_provider: TracerProvider, metrics: CompactionMetrics) -> None:
-        from otel_compaction import __version__
-
-        self._tracer = tracer_provider.get_tracer(semconv.SCOPE, __version__)
+        self._tracer = package_tracer(tracer_provider)
         self._metrics = metrics
 
     def __call__(self, decision: Decision, analysis: Analysis, started_ns: int) -> None:
-        rules = _rules(decision)
+        rules = _rules(decision, analysis)
         attributes: dict[str, Any] = {
             semconv.ACTION: decision.action,
             semconv.POLICY: decision.policy,
@@ -85,36 +88,50 @@ class DecisionTelemetry:
             semconv.SPAN_START: decision.span[0],
             semconv.SPAN_END: decision.span[1],
         }
-        span = self._tracer.start_span(
-            semconv.EVALUATE_SPAN, kind=SpanKind.INTERNAL, attributes=attributes,
-            start_time=started_ns,
-        )  # fmt: skip
-        if decision.extended:
-            span.add_event(semconv.EVENT_EXTENDED, event)
-        span.add_event(_EVENT_OF_ACTION[decision.action], event)
+        held = _held_tokens(analysis, decision) if decision.action == "defer" else 0
         if decision.action == "defer":
-            held = _held_tokens(analysis, decision)
-            span.set_attribute(semconv.HELD_TOKENS, held)
+            attributes[semconv.HELD_TOKENS] = held
+        try:  # a failing span must not lose the decision's metrics
+            span = self._tracer.start_span(
+                semconv.EVALUATE_SPAN, kind=SpanKind.INTERNAL, attributes=attributes,
+                start_time=started_ns,
+            )  # fmt: skip
+            if decision.extended:
+                span.add_event(semconv.EVENT_EXTENDED, event)
+            span.add_event(_EVENT_OF_ACTION[decision.action], event)
+            span.end()
+        except Exception:
+            _log.exception("otel-compaction: recording a decision span failed")
+        if decision.action == "defer":
             self._metrics.held_tokens.add(held)
-        span.end()
         first = rules[0] if decision.action != "compact" and rules else "none"
         self._metrics.decisions.add(1, {semconv.ACTION: decision.action, semconv.RULE: first})
-        severed = sum(1 for f in decision.findings if f.rule == "severed_obligation")
+        severed = rules.count("severed_obligation") if decision.action == "defer" else 0
+        severed += sum(1 for f in decision.findings if f.rule == "severed_obligation")
         if severed:
             self._metrics.severed.add(severed, {semconv.RULE: "severed_obligation"})
 
 
-def _rules(decision: Decision) -> list[str]:
+def _rules(decision: Decision, analysis: Analysis) -> list[str]:
     """The rules behind a decision: those that made the span live for a deferral or refusal
     (first blocking position first), those the summary must honour for a compaction."""
     if decision.action == "compact":
         return sorted({f.rule for f in decision.findings})
-    live = [f for f in decision.findings if f.obligation in decision.obligations]
-    if decision.action == "defer":  # the findings are the older span's; name the requested's
-        live = []
-    rules = [f.rule for f in live] or [
-        _RULE_OF_KIND.get(r.kind, r.kind) for r in decision.obligations
-    ]
+    if decision.action == "refuse":
+        live = [f.rule for f in decision.findings if f.obligation in decision.obligations]
+        if live:
+            return list(dict.fromkeys(live))
+    # A deferral's findings are the older span's: name the requested span's obligations by
+    # their kind's rule and by any disagreement of the ledger about them.
+    rules: list[str] = []
+    for ref in decision.obligations:
+        rules.append(_RULE_OF_KIND.get(ref.kind, ref.kind))
+        rules.extend(
+            conflict.rule
+            for conflict in analysis.ledger_conflicts
+            if (conflict.kind, conflict.id, conflict.message_index)
+            == (ref.kind, ref.id, ref.message_index)
+        )
     return list(dict.fromkeys(rules))
 
 
@@ -145,10 +162,13 @@ class Telemetry:
         ledger: ObligationLedger,
         tracer_provider: TracerProvider,
         meter_provider: MeterProvider,
-        owns_providers: bool,
+        owns_tracer_provider: bool = False,
+        owns_meter_provider: bool = False,
         capture_content: bool | None = None,
         agent_name: str | None = None,
     ) -> None:
+        """Hold the configured pieces; `shutdown` shuts down only the providers whose
+        ``owns_*`` flag is set (those `configure` created)."""
         self.ledger = ledger
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -162,7 +182,11 @@ class Telemetry:
             agent_name=agent_name,
         )
         self.decisions = DecisionTelemetry(tracer_provider, self.metrics)
-        self._owns_providers = owns_providers
+        self._owned: list[object] = []
+        if owns_tracer_provider:
+            self._owned.append(tracer_provider)
+        if owns_meter_provider:
+            self._owned.append(meter_provider)
 
     def gate(self, policy: Policy | str = "default") -> CompactionGate:
         """A gate reading this ledger whose every decision is recorded as telemetry."""
@@ -172,9 +196,7 @@ class Telemetry:
 
     def shutdown(self) -> None:
         """Flush and shut down the providers `configure` created (not the application's)."""
-        if not self._owns_providers:
-            return
-        for provider in (self.tracer_provider, self.meter_provider):
+        for provider in self._owned:
             shutdown = getattr(provider, "shutdown", None)
             if shutdown is not None:
                 try:
@@ -204,17 +226,17 @@ def configure(
         >>> gate = telemetry.gate("default")  # doctest: +SKIP
     """
     ledger = ledger if ledger is not None else ObligationLedger()
-    owns = False
+    owns_tracer = owns_meter = False
     tracer_provider = tracer_provider or _installed_tracer_provider()
     if tracer_provider is None:
         tracer_provider = _tracer_provider_from_env()
-        owns = True
+        owns_tracer = True
         if set_global:
             trace.set_tracer_provider(tracer_provider)
     meter_provider = meter_provider or _installed_meter_provider()
     if meter_provider is None:
         meter_provider = _meter_provider_from_env()
-        owns = True
+        owns_meter = True
         if set_global:
             metrics.set_meter_provider(meter_provider)
     if isinstance(tracer_provider, SdkTracerProvider):
@@ -223,7 +245,8 @@ def configure(
         ledger=ledger,
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
-        owns_providers=owns,
+        owns_tracer_provider=owns_tracer,
+        owns_meter_provider=owns_meter,
         capture_content=capture_content,
         agent_name=agent_name,
     )

@@ -19,6 +19,7 @@ concurrently.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import itertools
@@ -27,9 +28,8 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import trace
@@ -54,6 +54,7 @@ __all__ = [
     "ToolCallRecorder",
     "capture_content_enabled",
     "is_obligation_span",
+    "package_tracer",
 ]
 
 _log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
+_CLAIM_LOCK = threading.Lock()  # held for a flag flip only
 _MAX_CONTENT = 8_192
 
 
@@ -79,8 +81,22 @@ def is_obligation_span(name: str, attributes: Attributes) -> bool:
 
 
 def _content(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    """Content as span text: JSON where it can be, else its repr; never raises (a circular
+    structure or a hostile ``__str__`` must not break the call)."""
+    try:
+        text = (
+            value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+        )
+    except Exception:
+        try:
+            text = repr(value)
+        except Exception:
+            text = f"<{type(value).__qualname__}>"
     return text if len(text) <= _MAX_CONTENT else text[:_MAX_CONTENT] + "…"
+
+
+def _description(error: BaseException | str | None) -> str | None:
+    return str(error) if isinstance(error, BaseException) else None
 
 
 def _error_type(error: BaseException | str | None) -> str:
@@ -89,6 +105,19 @@ def _error_type(error: BaseException | str | None) -> str:
     if isinstance(error, BaseException):
         return type(error).__qualname__
     return error
+
+
+def package_tracer(tracer_provider: TracerProvider | None = None) -> trace.Tracer:
+    """This package's tracer from `tracer_provider` (the global one when None); a no-op
+    tracer when the provider fails, so that telemetry never breaks the host."""
+    from otel_compaction import __version__
+
+    try:
+        provider = tracer_provider or trace.get_tracer_provider()
+        return provider.get_tracer(semconv.SCOPE, __version__)
+    except Exception:
+        _log.exception("otel-compaction: getting a tracer failed; spans are off")
+        return trace.NoOpTracer()
 
 
 def _guard(what: str) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
@@ -114,7 +143,7 @@ class ObligationHandle:
     Resolving twice is ignored (the first terminal resolution wins), as the ledger requires.
     """
 
-    __slots__ = ("_done", "_lock", "_recorder", "conversation_id", "id", "kind", "name", "span")
+    __slots__ = ("_done", "_recorder", "conversation_id", "id", "kind", "name", "span")
 
     def __init__(
         self,
@@ -126,7 +155,6 @@ class ObligationHandle:
         span: Span,
     ) -> None:
         self._recorder = recorder
-        self._lock = threading.Lock()
         self._done = False
         self.kind = kind
         self.id = obligation_id
@@ -140,7 +168,7 @@ class ObligationHandle:
         return self._done
 
     def _claim(self) -> bool:
-        with self._lock:
+        with _CLAIM_LOCK:
             if self._done:
                 return False
             self._done = True
@@ -155,20 +183,19 @@ class ToolCallHandle(ObligationHandle):
     started_ns: int
     arguments: Any
 
+    # Tool calls are claimed under the recorder's lock, together with leaving its index.
+
     def result(self, content: Any = None) -> None:
         """The tool returned `content`."""
-        if self._claim():
-            self._recorder._finish_call(self, "result", content=content)
+        self._recorder._finish_call(self, "result", content=content)
 
     def error(self, error: BaseException | str | None = None, content: Any = None) -> None:
         """The tool failed: `error` is the exception or an ``error.type`` string."""
-        if self._claim():
-            self._recorder._finish_call(self, "error", content=content, error=error)
+        self._recorder._finish_call(self, "error", content=content, error=error)
 
     def abandon(self, reason: str = "") -> None:
         """The call will never get a result (cancelled, timed out, forced terminal)."""
-        if self._claim():
-            self._recorder._finish_call(self, "abandoned", reason=reason)
+        self._recorder._finish_call(self, "abandoned", reason=reason)
 
 
 class ToolCallRecorder:
@@ -203,17 +230,14 @@ class ToolCallRecorder:
             capture_content: record arguments and results; from the environment when None.
             agent_name: ``gen_ai.agent.name`` on every tool-call span.
         """
-        from otel_compaction import __version__
-
         self.ledger = ledger if ledger is not None else ObligationLedger()
-        provider = tracer_provider or trace.get_tracer_provider()
-        self._tracer = provider.get_tracer(semconv.SCOPE, __version__)
+        self._tracer = package_tracer(tracer_provider)
         self._metrics = metrics
         if metrics is not None:
             metrics.watch(self.ledger)
         self._capture = capture_content
         self.agent_name = agent_name
-        self._open: dict[tuple[str, str], deque[ToolCallHandle]] = {}
+        self._open: dict[tuple[str, str], list[ToolCallHandle]] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -238,12 +262,21 @@ class ToolCallRecorder:
         call_id = call_id or f"call_{next(self._ids)}"
         # The ledger first: whatever happens to telemetry, the obligation is known.
         self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
-        span = self._start_call_span(tool_name, call_id, tool_type, conversation, arguments)
+        try:
+            span = self._start_call_span(tool_name, call_id, tool_type, conversation, arguments)
+        except Exception:
+            _log.exception("otel-compaction: starting a tool-call span failed")
+            span = trace.INVALID_SPAN
         handle = ToolCallHandle(self, "tool_call", call_id, tool_name, conversation, span)
         handle.started_ns = time.monotonic_ns()
         handle.arguments = arguments
+        key = (conversation or "", call_id)
         with self._lock:
-            self._open.setdefault((conversation or "", call_id), deque()).append(handle)
+            waiting = self._open.get(key)
+            if waiting is None:
+                self._open[key] = [handle]
+            else:
+                waiting.append(handle)
         return handle
 
     def resolve(
@@ -260,17 +293,29 @@ class ToolCallRecorder:
         Returns False when no such call is open.
         """
         conversation = conversation_id or current_conversation_id()
+        key = (conversation or "", call_id)
+        handle: ToolCallHandle | None = None
         with self._lock:
-            waiting = self._open.get((conversation or "", call_id))
-            handle = waiting[0] if waiting else None
+            # Take and claim the earliest handle in one step: two threads resolving the same
+            # id must get two different calls, and a handle being resolved directly by its
+            # owner right now is skipped (its owner removes it).
+            waiting = self._open.get(key)
+            while waiting:
+                candidate = waiting.pop(0)
+                if not candidate._done:
+                    candidate._done = True
+                    handle = candidate
+                    break
+            if waiting is not None and not waiting:
+                del self._open[key]
         if handle is None:
             return False
         if status == "abandoned":
-            handle.abandon(str(content or ""))
+            self._finish_call(handle, "abandoned", reason=str(content or ""), claimed=True)
         elif error is not None or status == "error":
-            handle.error(error, content)
+            self._finish_call(handle, "error", content=content, error=error, claimed=True)
         else:
-            handle.result(content)
+            self._finish_call(handle, "result", content=content, claimed=True)
         return True
 
     @contextmanager
@@ -288,7 +333,7 @@ class ToolCallRecorder:
         try:
             yield handle
         except BaseException as exc:
-            handle.error(exc)
+            _failed(handle, exc)
             raise
         handle.result()
 
@@ -298,15 +343,16 @@ class ToolCallRecorder:
 
         def decorate(function: Callable[P, R]) -> Callable[P, R]:
             tool_name = name or function.__name__
+            signature = _signature(function)
             if inspect.iscoroutinefunction(function):
 
                 @functools.wraps(function)
                 async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                    handle = self.call(tool_name, arguments=_bound(function, args, kwargs))
+                    handle = self.call(tool_name, arguments=_bound(signature, args, kwargs))
                     try:
                         value = await function(*args, **kwargs)
                     except BaseException as exc:
-                        handle.error(exc)
+                        _failed(handle, exc)
                         raise
                     handle.result(value)
                     return value
@@ -315,11 +361,11 @@ class ToolCallRecorder:
 
             @functools.wraps(function)
             def run(*args: P.args, **kwargs: P.kwargs) -> R:
-                handle = self.call(tool_name, arguments=_bound(function, args, kwargs))
+                handle = self.call(tool_name, arguments=_bound(signature, args, kwargs))
                 try:
                     value = function(*args, **kwargs)
                 except BaseException as exc:
-                    handle.error(exc)
+                    _failed(handle, exc)
                     raise
                 handle.result(value)
                 return value
@@ -397,13 +443,16 @@ class ToolCallRecorder:
             semconv.GEN_AI_TOOL_NAME: tool_name,
             semconv.GEN_AI_TOOL_CALL_ID: call_id,
             semconv.GEN_AI_TOOL_TYPE: tool_type,
-            **_conversation_attrs(conversation),
         }
+        if conversation:
+            attributes[semconv.GEN_AI_CONVERSATION_ID] = conversation
         if self.agent_name:
             attributes[semconv.GEN_AI_AGENT_NAME] = self.agent_name
         if arguments is not None and self.capture_content:
             attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _content(arguments)
-        return self._start_span(f"{semconv.EXECUTE_TOOL} {tool_name}", attributes)
+        return self._tracer.start_span(
+            f"{semconv.EXECUTE_TOOL} {tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
 
     def _finish_call(
         self,
@@ -413,25 +462,57 @@ class ToolCallRecorder:
         content: Any = None,
         error: BaseException | str | None = None,
         reason: str = "",
+        claimed: bool = False,
     ) -> None:
-        self.ledger.resolve(handle.conversation_id, handle.id, status)
-        with self._lock:
+        """Record the terminal resolution of `handle`, unless it already has one (the first
+        wins). `claimed`: `resolve` already claimed it and took it out of the index."""
+        if not claimed:
             key = (handle.conversation_id or "", handle.id)
-            waiting = self._open.get(key)
-            if waiting is not None:
-                with suppress(ValueError):
-                    waiting.remove(handle)
-                if not waiting:
-                    del self._open[key]
-        self._telemetry_of_result(handle, status, content, error, reason)
+            with self._lock:
+                if handle._done:
+                    return
+                handle._done = True
+                waiting = self._open.get(key)
+                if waiting is not None:
+                    if waiting[0] is handle:
+                        del waiting[0]
+                    elif handle in waiting:
+                        waiting.remove(handle)
+                    if not waiting:
+                        del self._open[key]
+        self.ledger.resolve(handle.conversation_id, handle.id, status)
+        # Telemetry after the ledger, each piece on its own: a failing span must neither
+        # leave the call span open nor lose the duration.
+        error_type = _error_type(error) if status == "error" else None
+        try:
+            self._result_span(handle, status, content, error, error_type, reason)
+        except Exception:
+            _log.exception("otel-compaction: recording a tool result failed")
+        try:
+            self._end_call_span(handle.span, status, error, error_type, reason)
+        except Exception:
+            _log.exception("otel-compaction: ending a tool-call span failed")
+        metrics = self._metrics
+        if metrics is not None:
+            try:
+                metric_attrs: dict[str, Any] = {
+                    semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
+                    semconv.GEN_AI_TOOL_NAME: handle.name,
+                }
+                if error_type is not None:
+                    metric_attrs[semconv.ERROR_TYPE] = error_type
+                duration = (time.monotonic_ns() - handle.started_ns) / 1e9
+                metrics.tool_duration.record(duration, metric_attrs)
+            except Exception:
+                _log.exception("otel-compaction: recording a tool duration failed")
 
-    @_guard("recording a tool result")
-    def _telemetry_of_result(
+    def _result_span(
         self,
         handle: ToolCallHandle,
         status: ResolutionStatus,
         content: Any,
         error: BaseException | str | None,
+        error_type: str | None,
         reason: str,
     ) -> None:
         attributes: dict[str, Any] = {
@@ -439,9 +520,9 @@ class ToolCallRecorder:
             semconv.GEN_AI_TOOL_NAME: handle.name,
             semconv.GEN_AI_TOOL_CALL_ID: handle.id,
             semconv.OBLIGATION_STATUS: status,
-            **_conversation_attrs(handle.conversation_id),
         }
-        error_type = _error_type(error) if status == "error" else None
+        if handle.conversation_id:
+            attributes[semconv.GEN_AI_CONVERSATION_ID] = handle.conversation_id
         if error_type is not None:
             attributes[semconv.ERROR_TYPE] = error_type
         if status == "abandoned" and reason:
@@ -453,28 +534,27 @@ class ToolCallRecorder:
             f"{semconv.TOOL_RESULT_SPAN} {handle.name}",
             kind=SpanKind.INTERNAL,
             attributes=attributes,
-            links=[link],
+            links=(link,),
         )
-        call_span = handle.span
+        if error_type is not None:
+            result_span.set_status(Status(StatusCode.ERROR, _description(error)))
+        result_span.end()
+
+    @staticmethod
+    def _end_call_span(
+        call_span: Span,
+        status: ResolutionStatus,
+        error: BaseException | str | None,
+        error_type: str | None,
+        reason: str,
+    ) -> None:
         call_span.set_attribute(semconv.OBLIGATION_STATUS, status)
         if error_type is not None:
-            description = str(error) if isinstance(error, BaseException) else None
-            for span in (result_span, call_span):
-                span.set_attribute(semconv.ERROR_TYPE, error_type)
-                span.set_status(Status(StatusCode.ERROR, description))
-        if status == "abandoned":
+            call_span.set_attribute(semconv.ERROR_TYPE, error_type)
+            call_span.set_status(Status(StatusCode.ERROR, _description(error)))
+        elif status == "abandoned":
             call_span.add_event(semconv.EVENT_ABANDONED, {semconv.ABANDON_REASON: reason})
-        result_span.end()
         call_span.end()
-        if self._metrics is not None:
-            duration = (time.monotonic_ns() - handle.started_ns) / 1e9
-            metric_attrs: dict[str, Any] = {
-                semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
-                semconv.GEN_AI_TOOL_NAME: handle.name,
-            }
-            if error_type is not None:
-                metric_attrs[semconv.ERROR_TYPE] = error_type
-            self._metrics.tool_duration.record(duration, metric_attrs)
 
     def _finish_obligation(
         self,
@@ -482,18 +562,29 @@ class ToolCallRecorder:
         status: ResolutionStatus,
         *,
         error: BaseException | str | None = None,
+        reason: str = "",
+        attributes: Mapping[str, int] | None = None,
     ) -> None:
         self.ledger.resolve(handle.conversation_id, handle.id, status, kind=handle.kind)
-        self._end_obligation_span(handle.span, status, error)
+        self._end_obligation_span(handle.span, status, error, reason, attributes or {})
 
     @_guard("ending an obligation span")
     def _end_obligation_span(
-        self, span: Span, status: ResolutionStatus, error: BaseException | str | None
+        self,
+        span: Span,
+        status: ResolutionStatus,
+        error: BaseException | str | None,
+        reason: str,
+        attributes: Mapping[str, int],
     ) -> None:
+        for name, value in attributes.items():
+            span.set_attribute(name, value)
         span.set_attribute(semconv.OBLIGATION_STATUS, status)
         if status == "error":
             span.set_attribute(semconv.ERROR_TYPE, _error_type(error))
-            span.set_status(Status(StatusCode.ERROR))
+            span.set_status(Status(StatusCode.ERROR, _description(error)))
+        elif status == "abandoned":
+            span.add_event(semconv.EVENT_ABANDONED, {semconv.ABANDON_REASON: reason})
         span.end()
 
 
@@ -528,25 +619,45 @@ class RetryChain(ObligationHandle):
     def succeeded(self) -> None:
         """The chain closed: the last attempt succeeded."""
         if self._claim():
-            self.span.set_attribute(semconv.RETRY_ATTEMPT, self.attempts + 1)
-            self._recorder._finish_obligation(self, "result")
+            self._recorder._finish_obligation(
+                self, "result", attributes={semconv.RETRY_ATTEMPT: self.attempts + 1}
+            )
 
     def abandon(self, reason: str = "") -> None:
         """Give up on the chain; recorded as abandoned, not as a crash."""
         if self._claim():
-            self._recorder._finish_obligation(self, "abandoned")
+            self._recorder._finish_obligation(self, "abandoned", reason=reason)
 
 
 def _conversation_attrs(conversation: str | None) -> dict[str, str]:
     return {semconv.GEN_AI_CONVERSATION_ID: conversation} if conversation else {}
 
 
-def _bound(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+def _failed(handle: ToolCallHandle, exc: BaseException) -> None:
+    """A tool raised: a cancellation means the call will never get a result (abandoned);
+    anything else is its error."""
+    if isinstance(exc, asyncio.CancelledError):
+        handle.abandon("cancelled")
+    else:
+        handle.error(exc)
+
+
+def _signature(function: Callable[..., Any]) -> inspect.Signature | None:
     try:
-        bound = inspect.signature(function).bind_partial(*args, **kwargs)
+        return inspect.signature(function)
     except (TypeError, ValueError):
-        return {"args": list(args), **kwargs}
-    return dict(bound.arguments)
+        return None
+
+
+def _bound(
+    signature: inspect.Signature | None, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    try:
+        if signature is not None:
+            return dict(signature.bind_partial(*args, **kwargs).arguments)
+    except TypeError:
+        pass
+    return {"args": list(args), **kwargs}
 
 
 class LedgerSpanProcessor(SpanProcessor):

@@ -1,0 +1,250 @@
+"""Cost of recording one tool call and its result, as a ratio to two bare SDK spans.
+
+What it measures: `ToolCallRecorder.call(...)` followed by `ToolCallHandle.result(...)`: the
+ledger's open and resolve, the ``execute_tool`` span living from call to result, the
+``tool_result`` span linked to it, with content capture off (the default). The yardstick is
+creating and ending two bare SDK spans carrying the same attributes, in the same run, on tracer
+providers configured alike (default sampler, no exporter, so that what is measured is the
+instrumentation and not an exporter). The recorder is also timed as `configure()` wires it,
+with the metrics on (the obligation-age histogram and the semconv
+``gen_ai.execute_tool.duration`` histogram: two SDK histogram records per call; the open
+obligations are observed at collection time and cost nothing per call), and the yardstick also
+with the span link, to show where the cost goes.
+
+Memory per open obligation is measured with tracemalloc: the bytes held while many calls are
+open, divided by their number, for the ledger alone and for the recorder (ledger record,
+handle, open span and the recorder's index).
+
+Every time is the minimum over several rounds, and only ratios between numbers of one run are
+judged. Aim: a recorded call plus its result within 1.5x of the two bare spans; both the
+recorder alone and the recorder with metrics are judged. The exit status is 0 whatever the
+result: this is a report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tracemalloc
+from collections.abc import Callable, Sequence
+from time import perf_counter
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Link, SpanKind
+
+from otel_compaction import CompactionMetrics, ObligationLedger, ToolCallHandle, ToolCallRecorder
+from otel_compaction import semconv as sc
+
+RATIO_AIM = 1.5
+CONVERSATION = "conv-bench"
+TOOL = "search"
+RESULT = "2 flights found"
+
+
+def _ids(count: int) -> list[str]:
+    return [f"call_{i}" for i in range(count)]
+
+
+def _bare_spans(provider: TracerProvider, *, link: bool) -> Callable[[Sequence[str]], None]:
+    """Two spans per id with the attributes the recorder puts on its call and result spans."""
+    tracer = provider.get_tracer("bare-sdk")
+    call_name = f"{sc.EXECUTE_TOOL} {TOOL}"
+    result_name = f"{sc.TOOL_RESULT_SPAN} {TOOL}"
+    internal = SpanKind.INTERNAL
+
+    def run(ids: Sequence[str]) -> None:
+        for call_id in ids:
+            call = tracer.start_span(
+                call_name,
+                kind=internal,
+                attributes={
+                    sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
+                    sc.GEN_AI_TOOL_NAME: TOOL,
+                    sc.GEN_AI_TOOL_CALL_ID: call_id,
+                    sc.GEN_AI_TOOL_TYPE: "function",
+                    sc.GEN_AI_CONVERSATION_ID: CONVERSATION,
+                },
+            )
+            links = (
+                [Link(call.get_span_context(), {sc.GEN_AI_TOOL_CALL_ID: call_id})] if link else None
+            )
+            result = tracer.start_span(
+                result_name,
+                kind=internal,
+                attributes={
+                    sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
+                    sc.GEN_AI_TOOL_NAME: TOOL,
+                    sc.GEN_AI_TOOL_CALL_ID: call_id,
+                    sc.OBLIGATION_STATUS: "result",
+                    sc.GEN_AI_CONVERSATION_ID: CONVERSATION,
+                },
+                links=links,
+            )
+            call.set_attribute(sc.OBLIGATION_STATUS, "result")
+            result.end()
+            call.end()
+
+    return run
+
+
+def _recorder(*, with_metrics: bool) -> tuple[ToolCallRecorder, MeterProvider]:
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    metrics = CompactionMetrics(meter_provider) if with_metrics else None
+    recorder = ToolCallRecorder(
+        ledger=ObligationLedger(),
+        tracer_provider=TracerProvider(),
+        metrics=metrics,
+        capture_content=False,
+    )
+    return recorder, meter_provider
+
+
+def _recorded(recorder: ToolCallRecorder) -> Callable[[Sequence[str]], None]:
+    def run(ids: Sequence[str]) -> None:
+        call = recorder.call
+        for call_id in ids:
+            call(TOOL, call_id, conversation_id=CONVERSATION).result(RESULT)
+
+    return run
+
+
+def _time(stage: Callable[[Sequence[str]], None], ids: Sequence[str]) -> float:
+    """Seconds per call of one pass of `stage` over `ids`."""
+    gc.collect()
+    start = perf_counter()
+    stage(ids)
+    return (perf_counter() - start) / len(ids)
+
+
+def _bytes_per_open(count: int, open_one: Callable[[str], object]) -> float:
+    """Bytes held per open obligation while `count` of them are open."""
+    ids = _ids(count)
+    held: list[object] = []
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        held.extend(open_one(call_id) for call_id in ids)
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # The list holding the handles is the caller's, not the obligation's.
+    per_open = (after - before - sys.getsizeof(held)) / count
+    for item in held:
+        if isinstance(item, ToolCallHandle):
+            item.result()
+    return per_open
+
+
+def _memory(count: int) -> dict[str, float]:
+    ledger = ObligationLedger(max_records_per_conversation=count + 1)
+
+    def ledger_open(call_id: str) -> object:
+        return ledger.open(CONVERSATION, "tool_call", call_id, name=TOOL)
+
+    recorder = ToolCallRecorder(
+        ledger=ObligationLedger(max_records_per_conversation=count + 1),
+        tracer_provider=TracerProvider(),
+        capture_content=False,
+    )
+
+    def recorder_open(call_id: str) -> object:
+        return recorder.call(TOOL, call_id, conversation_id=CONVERSATION)
+
+    tracer = TracerProvider().get_tracer("bare-sdk")
+
+    def bare_open(call_id: str) -> object:
+        return tracer.start_span(
+            f"{sc.EXECUTE_TOOL} {TOOL}",
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
+                sc.GEN_AI_TOOL_NAME: TOOL,
+                sc.GEN_AI_TOOL_CALL_ID: call_id,
+                sc.GEN_AI_TOOL_TYPE: "function",
+                sc.GEN_AI_CONVERSATION_ID: CONVERSATION,
+            },
+        )
+
+    return {
+        "ledger record": _bytes_per_open(count, ledger_open),
+        "recorder call": _bytes_per_open(count, recorder_open),
+        "bare open span": _bytes_per_open(count, bare_open),
+    }
+
+
+def _verdict(value: float, aim: float) -> str:
+    return "PASS" if value <= aim else "MISS"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print the report; always returns 0."""
+    parser = argparse.ArgumentParser(
+        description="Time recording a tool call plus its result against two bare SDK spans "
+        "with the same attributes, and measure memory per open obligation (ratios measured "
+        "in one run; the exit status is always 0).",
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
+    parser.add_argument("--calls", type=int, help="calls per round (default 20,000, quick 3,000)")
+    parser.add_argument("--rounds", type=int, help="rounds per measurement (default 7, quick 3)")
+    parser.add_argument(
+        "--open", type=int, help="open obligations for the memory measure (default 10,000)"
+    )
+    args = parser.parse_args(argv)
+    calls = args.calls or (3_000 if args.quick else 20_000)
+    rounds = args.rounds or (3 if args.quick else 7)
+    open_count = args.open or (2_000 if args.quick else 10_000)
+
+    full, full_meters = _recorder(with_metrics=True)
+    spans_only, spans_meters = _recorder(with_metrics=False)
+    stages: dict[str, Callable[[Sequence[str]], None]] = {
+        "bare": _bare_spans(TracerProvider(), link=False),
+        "bare + link": _bare_spans(TracerProvider(), link=True),
+        "recorder": _recorded(spans_only),
+        "recorder + metrics": _recorded(full),
+    }
+    best: dict[str, float] = {}
+    for number in range(1, rounds + 1):
+        print(f"  round {number}/{rounds}", file=sys.stderr, flush=True)
+        ids = _ids(calls)
+        for name, stage in stages.items():
+            seconds = _time(stage, ids)
+            best[name] = min(seconds, best.get(name, seconds))
+    for provider in (full_meters, spans_meters):
+        provider.shutdown()
+    memory = _memory(open_count)
+
+    bare = best["bare"]
+    print()
+    print(f"Recording one tool call plus its result, min of {rounds} rounds of {calls:,} calls")
+    print("bare = two SDK spans (start + end) with the same attributes; no exporter anywhere")
+    print()
+    header = f"{'stage':<24}{'us per call':>12}{'ratio to bare':>15}"
+    print(header)
+    print("-" * len(header))
+    for name, seconds in best.items():
+        print(f"{name:<24}{seconds * 1e6:>12.2f}{seconds / bare:>14.2f}x")
+    print()
+    for name, what in (
+        ("recorder", "Recorder (ledger, call span, linked result span)"),
+        ("recorder + metrics", "Recorder with metrics (as configure() wires it)"),
+    ):
+        ratio = best[name] / bare
+        print(
+            f"{what} vs two bare spans: {ratio:.2f}x  "
+            f"(aim <={RATIO_AIM:g}x)  {_verdict(ratio, RATIO_AIM)}"
+        )
+    metric_cost = best["recorder + metrics"] - best["recorder"]
+    print(f"  the two histogram records with metrics on add {metric_cost * 1e6:.2f} us per call")
+    print()
+    print(f"Memory per open obligation (tracemalloc, {open_count:,} open at once)")
+    for name, size in memory.items():
+        print(f"  {name:<18}{size:>9,.0f} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
