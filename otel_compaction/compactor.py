@@ -227,9 +227,11 @@ class GuardedCompactor:
             )  # fmt: skip
         decision = self._evaluate(analysis, span, critical, conversation_id)
         # The gate may extend the span to close a pairing break, but the last `keep_recent`
-        # messages are never compacted: ask again for the span up to an earlier closed cut.
+        # messages are kept verbatim: ask again for the span up to an earlier closed cut.
+        # At a critical budget the extension stands: freeing tokens is what matters then, and
+        # the alternative would be a refusal or a span too small to relieve the pressure.
         limit = len(original) - thresholds.keep_recent
-        while decision.action == "compact" and decision.span[1] > limit:
+        while not critical and decision.action == "compact" and decision.span[1] > limit:
             start, requested_end = decision.span[0], decision.requested[1]
             shorter = next(
                 (c for c in range(requested_end - 1, start, -1) if analysis.pair_closed[c]), None
@@ -264,16 +266,24 @@ class GuardedCompactor:
         """Resolve the named tool calls as abandoned (the orchestrator's remedy for a
         refusal); return how many were resolved. Recorded through the ledger and, when a
         recorder holds the call, as its abandonment span."""
+        severed: set[ObligationRef | None] = set()
         if isinstance(obligations, CompactionRefused):
             refs: Iterable[ObligationRef] = obligations.obligations
             conversation_id = conversation_id or obligations.decision.conversation_id
+            # A severed call already has its resolution in the ledger (the transcript lost
+            # it): abandoning it would record a second one and hide the severance.
+            severed = {
+                f.obligation
+                for f in obligations.decision.findings
+                if f.rule == "severed_obligation"
+            }
         else:
             refs = obligations
         # The same conversation `compact` cross-checks: the current scope when none is named.
         conversation_id = conversation_id or current_conversation_id()
         resolved = 0
         for ref in refs:
-            if ref.kind != "tool_call":
+            if ref.kind != "tool_call" or ref in severed:
                 continue
             if self.telemetry is not None and self.telemetry.recorder.resolve(
                 ref.id, reason, status="abandoned", conversation_id=conversation_id
@@ -303,9 +313,8 @@ class GuardedCompactor:
         except SummaryRejected:
             raise
         except CompactionRefused as refused:
-            if not any(ref.kind == "tool_call" for ref in refused.obligations):
+            if not self.force_terminal(refused, conversation_id=conversation_id):
                 raise
-            self.force_terminal(refused, conversation_id=conversation_id)
             return self.compact(
                 messages, conversation_id=conversation_id, critical=critical, force=force
             )

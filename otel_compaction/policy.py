@@ -173,7 +173,8 @@ class ProtectedHead(_Model):
 class Thresholds(_Model):
     """Context-budget fractions: compaction is considered above ``trigger``, is critical
     (deferral no longer allowed) above ``critical``, and aims to bring usage down to
-    ``target``; the last ``keep_recent`` messages are never compacted."""
+    ``target``; the last ``keep_recent`` messages stay verbatim unless the budget is
+    critical."""
 
     trigger: float = Field(default=0.7, gt=0, le=1)
     critical: float = Field(default=0.9, gt=0, le=1)

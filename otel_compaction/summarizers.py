@@ -19,6 +19,7 @@ probe: the summary alone answers "what did we establish was not the case").
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -260,7 +261,7 @@ class ModelSummarizer:
         """Create a summarizer.
 
         Args:
-            client: an OpenAI-compatible or Anthropic client object.
+            client: a synchronous OpenAI-compatible or Anthropic client object.
             model: the model name to call.
             max_tokens: the summary's token limit.
             instructions: the system prompt; the default states the carrying rules.
@@ -269,13 +270,17 @@ class ModelSummarizer:
         chat = getattr(getattr(client, "chat", None), "completions", None)
         if chat is not None and hasattr(chat, "create"):
             self.provider = "openai"
+            create = chat.create
         elif messages_api is not None and hasattr(messages_api, "create"):
             self.provider = "anthropic"
+            create = messages_api.create
         else:
             raise TypeError(
                 "ModelSummarizer needs an OpenAI-compatible client (chat.completions.create) "
                 f"or an Anthropic client (messages.create), got {type(client).__name__}"
             )
+        if inspect.iscoroutinefunction(inspect.unwrap(create)):
+            raise TypeError(_ASYNC_CLIENT.format(type(client).__name__))
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
@@ -293,7 +298,9 @@ class ModelSummarizer:
                     {"role": "user", "content": payload},
                 ],
             )
-            text = response.choices[0].message.content
+            _reject_awaitable(response, self.client)
+            choices = response.choices
+            text = choices[0].message.content if choices else None
         else:
             response = self.client.messages.create(
                 model=self.model,
@@ -301,6 +308,7 @@ class ModelSummarizer:
                 system=self.instructions,
                 messages=[{"role": "user", "content": payload}],
             )
+            _reject_awaitable(response, self.client)
             text = "".join(
                 getattr(block, "text", "")
                 for block in response.content
@@ -309,3 +317,18 @@ class ModelSummarizer:
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"the {self.provider} model {self.model!r} returned no summary text")
         return text
+
+
+_ASYNC_CLIENT = (
+    "ModelSummarizer needs a synchronous client (openai.OpenAI, anthropic.Anthropic), "
+    "got the asynchronous {}"
+)
+
+
+def _reject_awaitable(response: Any, client: Any) -> None:
+    """An async client slipped through detection: close its coroutine, raise TypeError."""
+    if inspect.isawaitable(response):
+        close = getattr(response, "close", None)
+        if callable(close):
+            close()  # never awaited: no "coroutine was never awaited" warning
+        raise TypeError(_ASYNC_CLIENT.format(type(client).__name__))
