@@ -375,6 +375,7 @@ class GuardedCompactor:
             pending=decision.must_carry.pending,
             identifiers=decision.must_carry.identifiers,
             negatives=decision.must_carry.negatives,
+            abandoned=decision.must_carry.abandoned,
             archive_handle=handle,
         )
         summary, verification, attempts = self._summarize(request)

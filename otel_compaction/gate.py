@@ -72,6 +72,8 @@ class MustCarry:
     identifiers: tuple[str, ...] = ()
     negatives: tuple[Negative, ...] = ()
     pending: tuple[ObligationRef, ...] = ()
+    abandoned: tuple[ObligationRef, ...] = ()
+    """Calls resolved as abandoned through the ledger: no result will ever come."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,7 @@ class Decision:
                     for n in self.must_carry.negatives
                 ],
                 "pending": [_ref_dict(r) for r in self.must_carry.pending],
+                "abandoned": [_ref_dict(r) for r in self.must_carry.abandoned],
             },
         }
 
@@ -437,4 +440,9 @@ def _must_carry(analysis: Analysis, findings: list[Finding]) -> MustCarry:
         for o in analysis.obligations
         if o.resolved is None
     ) + tuple(ObligationRef(r.kind, r.id, None, r.name) for r in analysis.ledger_only)
-    return MustCarry(identifiers=identifiers, negatives=negatives, pending=pending)
+    abandoned = tuple(
+        ObligationRef(o.kind, o.id, o.opened, o.name)
+        for o in analysis.obligations
+        if o.status == "abandoned"
+    )
+    return MustCarry(identifiers, negatives, pending, abandoned)

@@ -56,6 +56,8 @@ class SummaryRequest:
     identifiers: tuple[str, ...] = ()
     negatives: tuple[Negative, ...] = ()
     archive_handle: str | None = None
+    abandoned: tuple[ObligationRef, ...] = ()
+    """Calls forced to a terminal state: they will never get a result."""
     missing: tuple[str, ...] = ()
     """On a retry: what the previous summary failed to carry, named for the summarizer."""
 
@@ -69,6 +71,9 @@ class SummaryRequest:
                     {"kind": p.kind, "id": p.id, "name": p.name} for p in self.pending
                 ],
                 "identifiers_to_keep_verbatim": list(self.identifiers),
+                "abandoned_calls": [
+                    {"kind": a.kind, "id": a.id, "name": a.name} for a in self.abandoned
+                ],
                 "negative_results_to_state": [
                     {"tool": n.tool, "call_id": n.call_id, "result": n.text} for n in self.negatives
                 ],
@@ -114,10 +119,11 @@ class Verification:
 def verify(summary: str, request: SummaryRequest) -> Verification:
     """Check `summary` carries every identifier verbatim and states every negative result.
 
-    A negative counts as stated when a line of the summary names its call id, or names its tool
-    and says what was not the case (a negation on the same line).
+    An identifier counts only as a whole token (``ZFA04Y`` is not carried by ``ZFA04Y7``). A
+    negative counts as stated when a line of the summary names its call id, or names its tool
+    (as a whole word) and says what was not the case (a negation on the same line).
     """
-    missing_ids = tuple(value for value in request.identifiers if value not in summary)
+    missing_ids = tuple(v for v in request.identifiers if not _token(v).search(summary))
     lines = summary.splitlines()
     missing_negatives = tuple(
         negative for negative in request.negatives if not _states(lines, negative)
@@ -125,11 +131,18 @@ def verify(summary: str, request: SummaryRequest) -> Verification:
     return Verification(missing_ids, missing_negatives)
 
 
+def _token(value: str) -> re.Pattern[str]:
+    """`value` standing alone: not inside a longer word, code or name."""
+    return re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])")
+
+
 def _states(lines: list[str], negative: Negative) -> bool:
+    call = _token(negative.call_id) if negative.call_id else None
+    tool = _token(negative.tool) if negative.tool else None
     for line in lines:
-        if negative.call_id and negative.call_id in line:
+        if call is not None and call.search(line):
             return True
-        if negative.tool and negative.tool in line and _NEGATION.search(line):
+        if tool is not None and tool.search(line) and _NEGATION.search(line):
             return True
     return False
 
@@ -171,7 +184,7 @@ class ExtractiveSummarizer:
         if transcript.calls:
             lines.append("Tool calls and their outcomes:")
             for call in transcript.calls:
-                lines.append(f"- {self._call_line(transcript, call.ordinal)}")
+                lines.append(f"- {self._call_line(transcript, call.ordinal, request.abandoned)}")
         if request.negatives:
             lines.append("Established negatives (what was NOT the case):")
             lines.extend(
@@ -211,11 +224,15 @@ class ExtractiveSummarizer:
             kept.append(line)
         return kept
 
-    def _call_line(self, transcript: Transcript, ordinal: int) -> str:
+    def _call_line(
+        self, transcript: Transcript, ordinal: int, abandoned: tuple[ObligationRef, ...] = ()
+    ) -> str:
         call = transcript.calls[ordinal]
         result = transcript.result_of(call)
         head = f"{call.name}({self._excerpt(call.arguments)}) [{call.id}]"
         if result is None:
+            if any(a.id == call.id for a in abandoned):
+                return f"{head} -> abandoned: no result will come"
             return f"{head} -> no result in this span"
         outcome = "error" if result.status == "error" else "result"
         return f"{head} -> {outcome}: {self._excerpt(result.text) or '(empty)'}"
@@ -234,6 +251,7 @@ You get JSON with the messages and structured state. Rules:
 - State every entry of negative_results_to_state as a negative, naming its tool and call_id
   (what was searched or attempted and NOT found / failed).
 - List pending_obligations as still pending; never describe them as done.
+- State abandoned_calls as abandoned: they never got a result and never will.
 - Mention archive_handle if present, so the original can be recalled.
 - If previous_summary_was_missing is not empty, make sure each listed item is now included.
 Reply with the summary text only."""

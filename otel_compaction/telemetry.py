@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -240,7 +241,7 @@ def configure(
         if set_global:
             metrics.set_meter_provider(meter_provider)
     if isinstance(tracer_provider, SdkTracerProvider):
-        tracer_provider.add_span_processor(LedgerSpanProcessor(ledger))
+        _attach_ledger(tracer_provider, ledger)
     return Telemetry(
         ledger=ledger,
         tracer_provider=tracer_provider,
@@ -250,6 +251,20 @@ def configure(
         capture_content=capture_content,
         agent_name=agent_name,
     )
+
+
+# Providers already feeding a ledger, so configuring twice never counts a span twice.
+_ATTACHED: weakref.WeakKeyDictionary[SdkTracerProvider, list[ObligationLedger]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _attach_ledger(provider: SdkTracerProvider, ledger: ObligationLedger) -> None:
+    ledgers = _ATTACHED.setdefault(provider, [])
+    if any(known is ledger for known in ledgers):
+        return
+    ledgers.append(ledger)
+    provider.add_span_processor(LedgerSpanProcessor(ledger))
 
 
 def _installed_tracer_provider() -> TracerProvider | None:

@@ -1266,6 +1266,7 @@ def test_cli_policy_and_archived(booking: Path, capsys: pytest.CaptureFixture[st
         "identifiers": [],
         "negatives": [],
         "pending": [{"kind": "tool_call", "id": "c3", "name": "book_flight", "message_index": 7}],
+        "abandoned": [],
     }
 
 

@@ -143,6 +143,7 @@ EXPECTED_PAYLOAD: dict[str, Any] = {
     "archive_handle": "arch_0f3a9c",
     "pending_obligations": [{"kind": "tool_call", "id": "call_pay_7", "name": "charge_card"}],
     "identifiers_to_keep_verbatim": ["SK4417", "mia_li_3668"],
+    "abandoned_calls": [],
     "negative_results_to_state": [
         {
             "tool": "search_flights",
@@ -221,6 +222,7 @@ def test_default_instructions_are_the_system_prompt(
         "identifiers_to_keep_verbatim",
         "negative_results_to_state",
         "pending_obligations",
+        "abandoned_calls",
         "archive_handle",
         "previous_summary_was_missing",
     ):
@@ -231,6 +233,7 @@ def test_default_instructions_are_the_system_prompt(
         "archive_handle": None,
         "pending_obligations": [],
         "identifiers_to_keep_verbatim": [],
+        "abandoned_calls": [],
         "negative_results_to_state": [],
         "previous_summary_was_missing": [],
         "messages": SPAN_MESSAGES,

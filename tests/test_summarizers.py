@@ -189,6 +189,7 @@ def test_request_json_is_the_structured_input() -> None:
             {"kind": "tool_call", "id": "call_restart_1", "name": "restart_service"}
         ],
         "identifiers_to_keep_verbatim": ["/etc/ssl/payments.pem"],
+        "abandoned_calls": [],
         "negative_results_to_state": [
             {
                 "tool": "search_logs",
