@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from _corpus import Record, corpus_dir, coverage, load_corpus, request
+from _report import verdict
 
 from otel_compaction import Analysis, CompactionGate, Decision, Transcript
 
@@ -90,10 +91,6 @@ def outcome(
 
 def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
-
-
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
 
 
 def _summary(outcomes: Sequence[Outcome]) -> tuple[Counter[str], float, float, float]:
@@ -171,8 +168,8 @@ def report(records: Sequence[Record]) -> None:
     _, allowed, median, _ = _summary(default)
     print(
         f"Aims (default policy): allowed >= {ALLOWED_AIM:.0%}: {_pct(allowed, 1)} "
-        f"{_verdict(allowed >= ALLOWED_AIM)};  median coverage >= {COVERAGE_AIM:.0%}: "
-        f"{_pct(median, 1)} {_verdict(median >= COVERAGE_AIM)}"
+        f"{verdict(allowed >= ALLOWED_AIM)};  median coverage >= {COVERAGE_AIM:.0%}: "
+        f"{_pct(median, 1)} {verdict(median >= COVERAGE_AIM)}"
     )
     print()
     _table("Every policy, all transcripts (the oldest half)", list(by_policy.items()))

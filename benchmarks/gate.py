@@ -33,6 +33,7 @@ from time import perf_counter
 from typing import Any
 
 from _corpus import corpus_dir, load_corpus, pair_floor, request, synthetic_messages
+from _report import each_round, keep_best, verdict
 
 from otel_compaction import CompactionGate, Policy, Transcript
 
@@ -135,16 +136,10 @@ def measure(
     min_seconds: float,
 ) -> None:
     """Fill each workload's best time per stage, over `rounds` interleaved rounds."""
-    for number in range(1, rounds + 1):
-        print(f"  round {number}/{rounds}", file=sys.stderr, flush=True)
+    for _ in each_round(rounds):
         for workload in workloads:
             for name, stage in timed.items():
-                seconds = time_pass(workload.jobs, stage, min_seconds)
-                workload.best[name] = min(seconds, workload.best.get(name, seconds))
-
-
-def _verdict(value: float, aim: float) -> str:
-    return "PASS" if value <= aim else "MISS"
+                keep_best(workload.best, name, time_pass(workload.jobs, stage, min_seconds))
 
 
 def report(workloads: Sequence[Workload], short: Workload, long: Workload, rounds: int) -> None:
@@ -172,14 +167,14 @@ def report(workloads: Sequence[Workload], short: Workload, long: Workload, round
             f"{w.name:<28}{w.messages:>9,}"
             + "".join(f"{w.per_message(s) * 1e6:>8.2f}" for s in STAGES)
             + "".join(f"{w.ratio(s):>12.1f}x" for s in STAGES[1:])
-            + f"{'<=' + format(RATIO_AIM, 'g') + 'x':>8}  {_verdict(w.ratio('gate'), RATIO_AIM)}"
+            + f"{'<=' + format(RATIO_AIM, 'g') + 'x':>8}  {verdict(w.ratio('gate') <= RATIO_AIM)}"
         )
     print()
     growth = {s: long.per_message(s) / short.per_message(s) for s in STAGES}
     print(
         f"Growth, gate per message at {long.messages:,} messages in one transcript vs the same "
         f"messages in transcripts of {SHORT:,}: {growth['gate']:.2f}x  "
-        f"(aim <={GROWTH_AIM:g}x)  {_verdict(growth['gate'], GROWTH_AIM)}"
+        f"(aim <={GROWTH_AIM:g}x)  {verdict(growth['gate'] <= GROWTH_AIM)}"
     )
     print(
         "  by stage: " + ", ".join(f"{s} {growth[s]:.2f}x" for s in STAGES) + "  "

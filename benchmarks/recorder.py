@@ -30,6 +30,7 @@ import tracemalloc
 from collections.abc import Callable, Sequence
 from time import perf_counter
 
+from _report import each_round, keep_best, verdict
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -48,6 +49,18 @@ def _ids(count: int) -> list[str]:
     return [f"call_{i}" for i in range(count)]
 
 
+def _tool_attributes(call_id: str, key: str, value: str) -> dict[str, str]:
+    """The attributes the recorder puts on the spans of call `call_id`, with `key` set to
+    `value`."""
+    return {
+        sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
+        sc.GEN_AI_TOOL_NAME: TOOL,
+        sc.GEN_AI_TOOL_CALL_ID: call_id,
+        key: value,
+        sc.GEN_AI_CONVERSATION_ID: CONVERSATION,
+    }
+
+
 def _bare_spans(provider: TracerProvider, *, link: bool) -> Callable[[Sequence[str]], None]:
     """Two spans per id with the attributes the recorder puts on its call and result spans."""
     tracer = provider.get_tracer("bare-sdk")
@@ -60,13 +73,7 @@ def _bare_spans(provider: TracerProvider, *, link: bool) -> Callable[[Sequence[s
             call = tracer.start_span(
                 call_name,
                 kind=internal,
-                attributes={
-                    sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
-                    sc.GEN_AI_TOOL_NAME: TOOL,
-                    sc.GEN_AI_TOOL_CALL_ID: call_id,
-                    sc.GEN_AI_TOOL_TYPE: "function",
-                    sc.GEN_AI_CONVERSATION_ID: CONVERSATION,
-                },
+                attributes=_tool_attributes(call_id, sc.GEN_AI_TOOL_TYPE, "function"),
             )
             links = (
                 [Link(call.get_span_context(), {sc.GEN_AI_TOOL_CALL_ID: call_id})] if link else None
@@ -74,13 +81,7 @@ def _bare_spans(provider: TracerProvider, *, link: bool) -> Callable[[Sequence[s
             result = tracer.start_span(
                 result_name,
                 kind=internal,
-                attributes={
-                    sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
-                    sc.GEN_AI_TOOL_NAME: TOOL,
-                    sc.GEN_AI_TOOL_CALL_ID: call_id,
-                    sc.OBLIGATION_STATUS: "result",
-                    sc.GEN_AI_CONVERSATION_ID: CONVERSATION,
-                },
+                attributes=_tool_attributes(call_id, sc.OBLIGATION_STATUS, "result"),
                 links=links,
             )
             call.set_attribute(sc.OBLIGATION_STATUS, "result")
@@ -160,13 +161,7 @@ def _memory(count: int) -> dict[str, float]:
     def bare_open(call_id: str) -> object:
         return tracer.start_span(
             f"{sc.EXECUTE_TOOL} {TOOL}",
-            attributes={
-                sc.GEN_AI_OPERATION_NAME: sc.EXECUTE_TOOL,
-                sc.GEN_AI_TOOL_NAME: TOOL,
-                sc.GEN_AI_TOOL_CALL_ID: call_id,
-                sc.GEN_AI_TOOL_TYPE: "function",
-                sc.GEN_AI_CONVERSATION_ID: CONVERSATION,
-            },
+            attributes=_tool_attributes(call_id, sc.GEN_AI_TOOL_TYPE, "function"),
         )
 
     return {
@@ -174,10 +169,6 @@ def _memory(count: int) -> dict[str, float]:
         "recorder call": _bytes_per_open(count, recorder_open),
         "bare open span": _bytes_per_open(count, bare_open),
     }
-
-
-def _verdict(value: float, aim: float) -> str:
-    return "PASS" if value <= aim else "MISS"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -207,12 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "recorder + metrics": _recorded(full),
     }
     best: dict[str, float] = {}
-    for number in range(1, rounds + 1):
-        print(f"  round {number}/{rounds}", file=sys.stderr, flush=True)
+    for _ in each_round(rounds):
         ids = _ids(calls)
         for name, stage in stages.items():
-            seconds = _time(stage, ids)
-            best[name] = min(seconds, best.get(name, seconds))
+            keep_best(best, name, _time(stage, ids))
     for provider in (full_meters, spans_meters):
         provider.shutdown()
     memory = _memory(open_count)
@@ -235,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio = best[name] / bare
         print(
             f"{what} vs two bare spans: {ratio:.2f}x  "
-            f"(aim <={RATIO_AIM:g}x)  {_verdict(ratio, RATIO_AIM)}"
+            f"(aim <={RATIO_AIM:g}x)  {verdict(ratio <= RATIO_AIM)}"
         )
     metric_cost = best["recorder + metrics"] - best["recorder"]
     print(f"  the two histogram records with metrics on add {metric_cost * 1e6:.2f} us per call")

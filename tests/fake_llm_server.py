@@ -41,7 +41,8 @@ As a pytest fixture: importing :func:`fake_llm_server_fixture` into a test modul
     def test_chat(fake_llm_server: FakeLLMServer) -> None: ...
 
 The fixture also removes proxy settings from the environment for the duration of the test, so
-that the clients really talk to loopback. The module needs only the standard library and pytest.
+that the clients really talk to loopback. The module needs only the standard library, pytest
+and the loopback helpers beside it.
 """
 
 from __future__ import annotations
@@ -58,11 +59,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Literal, TypeAlias, get_args
 from urllib.parse import urlsplit
 
 import pytest
+from loopback import LOOPBACK, LoopbackService, bypass_proxies, serve_in_background
 
 __all__ = [
     "LOOPBACK",
@@ -76,9 +77,6 @@ __all__ = [
     "ToolCall",
     "fake_llm_server_fixture",
 ]
-
-LOOPBACK = "127.0.0.1"
-"""The only address the server binds to."""
 
 Api: TypeAlias = Literal["chat", "responses", "messages"]
 """Which API a reply is scripted for: OpenAI Chat Completions, OpenAI Responses, or Anthropic
@@ -188,7 +186,7 @@ class RecordedRequest:
         return self.body
 
 
-class FakeLLMServer:
+class FakeLLMServer(LoopbackService):
     """A threaded HTTP server on ``127.0.0.1`` (an ephemeral port) faking three LLM APIs.
 
     Start and stop it with ``with`` (or :meth:`start` and :meth:`stop`). Script answers with
@@ -226,13 +224,7 @@ class FakeLLMServer:
         server = _Server((LOOPBACK, 0), _Handler)
         server.fake = self
         self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"fake-llm-server:{server.server_address[1]}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._thread = serve_in_background(server, f"fake-llm-server:{server.server_address[1]}")
         return self
 
     def stop(self) -> None:
@@ -246,19 +238,6 @@ class FakeLLMServer:
         server.server_close()
         if thread is not None:
             thread.join(timeout=5)
-
-    def __enter__(self) -> FakeLLMServer:
-        """Start the server."""
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        self.stop()
 
     @property
     def port(self) -> int:
@@ -816,42 +795,42 @@ class _Builder:
         def event(kind: str, **fields: Any) -> tuple[str | None, str]:
             return kind, _json({"type": kind, **fields})
 
+        def block(
+            index: int, start: dict[str, Any], deltas: Iterable[dict[str, Any]]
+        ) -> Iterator[tuple[str | None, str]]:
+            yield event("content_block_start", index=index, content_block=start)
+            for delta in deltas:
+                yield event("content_block_delta", index=index, delta=delta)
+            yield event("content_block_stop", index=index)
+
         yield event("message_start", message=self._message_base([], done=False))
         yield event("ping")
         index = 0
         if self.reply.text is not None:
-            yield event(
-                "content_block_start",
-                index=index,
-                content_block={"type": "text", "text": "", "citations": None},
+            yield from block(
+                index,
+                {"type": "text", "text": "", "citations": None},
+                (
+                    {"type": "text_delta", "text": fragment}
+                    for fragment in self.fake._fragments(self.reply.text)
+                ),
             )
-            for fragment in self.fake._fragments(self.reply.text):
-                yield event(
-                    "content_block_delta",
-                    index=index,
-                    delta={"type": "text_delta", "text": fragment},
-                )
-            yield event("content_block_stop", index=index)
             index += 1
         for call_index, call in enumerate(self.reply.tool_calls):
-            yield event(
-                "content_block_start",
-                index=index,
-                content_block={
+            arguments = json.dumps(call.arguments_object, separators=(",", ":"))
+            yield from block(
+                index,
+                {
                     "type": "tool_use",
                     "id": self.call_id(call_index, "toolu"),
                     "name": call.name,
                     "input": {},
                 },
+                (
+                    {"type": "input_json_delta", "partial_json": fragment}
+                    for fragment in ["", *self.fake._fragments(arguments)]
+                ),
             )
-            arguments = json.dumps(call.arguments_object, separators=(",", ":"))
-            for fragment in ["", *self.fake._fragments(arguments)]:
-                yield event(
-                    "content_block_delta",
-                    index=index,
-                    delta={"type": "input_json_delta", "partial_json": fragment},
-                )
-            yield event("content_block_stop", index=index)
             index += 1
         yield event(
             "message_delta",
@@ -864,17 +843,6 @@ class _Builder:
 # --------------------------------------------------------------------------
 # pytest fixture
 # --------------------------------------------------------------------------
-
-_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
-
-
-def bypass_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make HTTP clients connect to loopback directly, never through a proxy."""
-    for name in _PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
-    for name in ("no_proxy", "NO_PROXY"):
-        monkeypatch.setenv(name, f"{LOOPBACK},localhost")
 
 
 @pytest.fixture(name="fake_llm_server")

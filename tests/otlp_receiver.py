@@ -48,11 +48,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Literal, TypeAlias, TypeVar
 
 import grpc  # type: ignore[import-untyped]
 import pytest
+from loopback import LOOPBACK, LoopbackService, bypass_proxies, serve_in_background
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import (
     metrics_service_pb2,
@@ -84,9 +84,6 @@ __all__ = [
     "otlp_http_receiver_fixture",
     "otlp_receiver_fixture",
 ]
-
-LOOPBACK = "127.0.0.1"
-"""The only address the receiver ever binds to."""
 
 DEFAULT_TIMEOUT = 5.0
 """Default number of seconds the ``wait_for*`` helpers wait before giving up."""
@@ -394,96 +391,113 @@ def _optional_float(message: Any, field: str) -> float | None:
     return float(getattr(message, field)) if message.HasField(field) else None
 
 
-def _decode_spans(request: Any, transport: Transport) -> list[Span]:
-    """Flatten an ``ExportTraceServiceRequest`` into :class:`Span` records."""
-    spans: list[Span] = []
-    for resource_spans in request.resource_spans:
-        resource_attributes = _attributes(resource_spans.resource.attributes)
-        for scope_spans in resource_spans.scope_spans:
-            scope = scope_spans.scope
-            for span in scope_spans.spans:
-                spans.append(
-                    Span(
-                        name=str(span.name),
-                        kind=str(trace_pb2.Span.SpanKind.Name(span.kind)),
-                        trace_id=_hex_id(span.trace_id) or "",
-                        span_id=_hex_id(span.span_id) or "",
-                        parent_span_id=_hex_id(span.parent_span_id),
-                        trace_state=str(span.trace_state),
-                        flags=int(span.flags),
-                        start_time_unix_nano=int(span.start_time_unix_nano),
-                        end_time_unix_nano=int(span.end_time_unix_nano),
-                        attributes=_attributes(span.attributes),
-                        events=tuple(
-                            SpanEvent(
-                                name=str(event.name),
-                                time_unix_nano=int(event.time_unix_nano),
-                                attributes=_attributes(event.attributes),
-                                dropped_attributes_count=int(event.dropped_attributes_count),
-                            )
-                            for event in span.events
-                        ),
-                        links=tuple(
-                            SpanLink(
-                                trace_id=_hex_id(link.trace_id) or "",
-                                span_id=_hex_id(link.span_id) or "",
-                                trace_state=str(link.trace_state),
-                                attributes=_attributes(link.attributes),
-                                dropped_attributes_count=int(link.dropped_attributes_count),
-                                flags=int(link.flags),
-                            )
-                            for link in span.links
-                        ),
-                        status_code=str(trace_pb2.Status.StatusCode.Name(span.status.code)),
-                        status_message=str(span.status.message),
-                        dropped_attributes_count=int(span.dropped_attributes_count),
-                        dropped_events_count=int(span.dropped_events_count),
-                        dropped_links_count=int(span.dropped_links_count),
-                        resource_attributes=resource_attributes,
-                        scope_name=str(scope.name),
-                        scope_version=str(scope.version),
-                        scope_attributes=_attributes(scope.attributes),
-                        transport=transport,
-                    )
-                )
-    return spans
+def _flatten(
+    resources: Any,
+    scopes: str,
+    items: str,
+    transport: Transport,
+    convert: Callable[[Any, Any, dict[str, Any]], _T],
+) -> list[_T]:
+    """Convert each item of an export request's ``resources`` (``resource.<scopes>[].<items>``)
+    with ``convert(item, scope, origin)``: ``origin`` holds the fields saying where the item
+    came from (resource attributes, scope name and version, transport)."""
+    converted: list[_T] = []
+    for resource in resources:
+        resource_attributes = _attributes(resource.resource.attributes)
+        for scoped in getattr(resource, scopes):
+            origin = {
+                "resource_attributes": resource_attributes,
+                "scope_name": str(scoped.scope.name),
+                "scope_version": str(scoped.scope.version),
+                "transport": transport,
+            }
+            converted.extend(convert(item, scoped.scope, origin) for item in getattr(scoped, items))
+    return converted
+
+
+def _decode_span(span: Any, scope: Any, origin: dict[str, Any]) -> Span:
+    """Convert one OTLP ``Span`` message."""
+    return Span(
+        name=str(span.name),
+        kind=str(trace_pb2.Span.SpanKind.Name(span.kind)),
+        trace_id=_hex_id(span.trace_id) or "",
+        span_id=_hex_id(span.span_id) or "",
+        parent_span_id=_hex_id(span.parent_span_id),
+        trace_state=str(span.trace_state),
+        flags=int(span.flags),
+        start_time_unix_nano=int(span.start_time_unix_nano),
+        end_time_unix_nano=int(span.end_time_unix_nano),
+        attributes=_attributes(span.attributes),
+        events=tuple(
+            SpanEvent(
+                name=str(event.name),
+                time_unix_nano=int(event.time_unix_nano),
+                attributes=_attributes(event.attributes),
+                dropped_attributes_count=int(event.dropped_attributes_count),
+            )
+            for event in span.events
+        ),
+        links=tuple(
+            SpanLink(
+                trace_id=_hex_id(link.trace_id) or "",
+                span_id=_hex_id(link.span_id) or "",
+                trace_state=str(link.trace_state),
+                attributes=_attributes(link.attributes),
+                dropped_attributes_count=int(link.dropped_attributes_count),
+                flags=int(link.flags),
+            )
+            for link in span.links
+        ),
+        status_code=str(trace_pb2.Status.StatusCode.Name(span.status.code)),
+        status_message=str(span.status.message),
+        dropped_attributes_count=int(span.dropped_attributes_count),
+        dropped_events_count=int(span.dropped_events_count),
+        dropped_links_count=int(span.dropped_links_count),
+        scope_attributes=_attributes(scope.attributes),
+        **origin,
+    )
+
+
+def _point_fields(point: Any) -> dict[str, Any]:
+    """The fields every OTLP data point has: attributes, times and flags."""
+    return {
+        "attributes": _attributes(point.attributes),
+        "start_time_unix_nano": int(point.start_time_unix_nano),
+        "time_unix_nano": int(point.time_unix_nano),
+        "flags": int(point.flags),
+    }
+
+
+def _histogram_fields(point: Any) -> dict[str, Any]:
+    """The fields both histogram data points have, besides `_point_fields`."""
+    return {
+        "count": int(point.count),
+        "sum": _optional_float(point, "sum"),
+        "min": _optional_float(point, "min"),
+        "max": _optional_float(point, "max"),
+    }
 
 
 def _number_point(point: Any) -> NumberDataPoint:
     """Convert an OTLP ``NumberDataPoint``."""
     is_int = point.WhichOneof("value") == "as_int"
     value: int | float = int(point.as_int) if is_int else float(point.as_double)
-    return NumberDataPoint(
-        attributes=_attributes(point.attributes),
-        value=value,
-        start_time_unix_nano=int(point.start_time_unix_nano),
-        time_unix_nano=int(point.time_unix_nano),
-        flags=int(point.flags),
-    )
+    return NumberDataPoint(value=value, **_point_fields(point))
 
 
 def _histogram_point(point: Any) -> HistogramDataPoint:
     """Convert an OTLP ``HistogramDataPoint``."""
     return HistogramDataPoint(
-        attributes=_attributes(point.attributes),
-        count=int(point.count),
-        sum=_optional_float(point, "sum"),
         bucket_counts=tuple(int(count) for count in point.bucket_counts),
         explicit_bounds=tuple(float(bound) for bound in point.explicit_bounds),
-        min=_optional_float(point, "min"),
-        max=_optional_float(point, "max"),
-        start_time_unix_nano=int(point.start_time_unix_nano),
-        time_unix_nano=int(point.time_unix_nano),
-        flags=int(point.flags),
+        **_histogram_fields(point),
+        **_point_fields(point),
     )
 
 
 def _exponential_histogram_point(point: Any) -> ExponentialHistogramDataPoint:
     """Convert an OTLP ``ExponentialHistogramDataPoint``."""
     return ExponentialHistogramDataPoint(
-        attributes=_attributes(point.attributes),
-        count=int(point.count),
-        sum=_optional_float(point, "sum"),
         scale=int(point.scale),
         zero_count=int(point.zero_count),
         zero_threshold=float(point.zero_threshold),
@@ -491,26 +505,20 @@ def _exponential_histogram_point(point: Any) -> ExponentialHistogramDataPoint:
         positive_bucket_counts=tuple(int(count) for count in point.positive.bucket_counts),
         negative_offset=int(point.negative.offset),
         negative_bucket_counts=tuple(int(count) for count in point.negative.bucket_counts),
-        min=_optional_float(point, "min"),
-        max=_optional_float(point, "max"),
-        start_time_unix_nano=int(point.start_time_unix_nano),
-        time_unix_nano=int(point.time_unix_nano),
-        flags=int(point.flags),
+        **_histogram_fields(point),
+        **_point_fields(point),
     )
 
 
 def _summary_point(point: Any) -> SummaryDataPoint:
     """Convert an OTLP ``SummaryDataPoint``."""
     return SummaryDataPoint(
-        attributes=_attributes(point.attributes),
         count=int(point.count),
         sum=float(point.sum),
         quantile_values=tuple(
             (float(quantile.quantile), float(quantile.value)) for quantile in point.quantile_values
         ),
-        start_time_unix_nano=int(point.start_time_unix_nano),
-        time_unix_nano=int(point.time_unix_nano),
-        flags=int(point.flags),
+        **_point_fields(point),
     )
 
 
@@ -519,9 +527,7 @@ def _temporality(data: Any) -> str:
     return str(metrics_pb2.AggregationTemporality.Name(data.aggregation_temporality))
 
 
-def _decode_metric(
-    metric: Any, resource_attributes: Attributes, scope: Any, transport: Transport
-) -> Metric:
+def _decode_metric(metric: Any, scope: Any, origin: dict[str, Any]) -> Metric:
     """Convert one OTLP ``Metric`` message."""
     kind = metric.WhichOneof("data")
     is_monotonic: bool | None = None
@@ -560,52 +566,26 @@ def _decode_metric(
         is_monotonic=is_monotonic,
         aggregation_temporality=temporality,
         data_points=points,
-        resource_attributes=resource_attributes,
-        scope_name=str(scope.name),
-        scope_version=str(scope.version),
-        transport=transport,
+        **origin,
     )
 
 
-def _decode_metrics(request: Any, transport: Transport) -> list[Metric]:
-    """Flatten an ``ExportMetricsServiceRequest`` into :class:`Metric` records."""
-    return [
-        _decode_metric(metric, _attributes(resource_metrics.resource.attributes), scope, transport)
-        for resource_metrics in request.resource_metrics
-        for scope_metrics in resource_metrics.scope_metrics
-        for scope in (scope_metrics.scope,)
-        for metric in scope_metrics.metrics
-    ]
-
-
-def _decode_logs(request: Any, transport: Transport) -> list[LogRecord]:
-    """Flatten an ``ExportLogsServiceRequest`` into :class:`LogRecord` records."""
-    records: list[LogRecord] = []
-    for resource_logs in request.resource_logs:
-        resource_attributes = _attributes(resource_logs.resource.attributes)
-        for scope_logs in resource_logs.scope_logs:
-            scope = scope_logs.scope
-            for record in scope_logs.log_records:
-                records.append(
-                    LogRecord(
-                        body=_any_value(record.body),
-                        severity_number=int(record.severity_number),
-                        severity_text=str(record.severity_text),
-                        event_name=str(record.event_name),
-                        attributes=_attributes(record.attributes),
-                        trace_id=_hex_id(record.trace_id),
-                        span_id=_hex_id(record.span_id),
-                        flags=int(record.flags),
-                        time_unix_nano=int(record.time_unix_nano),
-                        observed_time_unix_nano=int(record.observed_time_unix_nano),
-                        dropped_attributes_count=int(record.dropped_attributes_count),
-                        resource_attributes=resource_attributes,
-                        scope_name=str(scope.name),
-                        scope_version=str(scope.version),
-                        transport=transport,
-                    )
-                )
-    return records
+def _decode_log(record: Any, scope: Any, origin: dict[str, Any]) -> LogRecord:
+    """Convert one OTLP ``LogRecord`` message."""
+    return LogRecord(
+        body=_any_value(record.body),
+        severity_number=int(record.severity_number),
+        severity_text=str(record.severity_text),
+        event_name=str(record.event_name),
+        attributes=_attributes(record.attributes),
+        trace_id=_hex_id(record.trace_id),
+        span_id=_hex_id(record.span_id),
+        flags=int(record.flags),
+        time_unix_nano=int(record.time_unix_nano),
+        observed_time_unix_nano=int(record.observed_time_unix_nano),
+        dropped_attributes_count=int(record.dropped_attributes_count),
+        **origin,
+    )
 
 
 @dataclass(frozen=True)
@@ -789,7 +769,7 @@ class _GrpcServicer:
 # --------------------------------------------------------------------------
 
 
-class OtlpReceiver:
+class OtlpReceiver(LoopbackService):
     """An OTLP/HTTP and OTLP/gRPC receiver on loopback that records what it receives.
 
     Use it as a context manager (or call :meth:`start` and :meth:`stop`). Both servers
@@ -836,14 +816,7 @@ class OtlpReceiver:
         server.receiver = self
         self._http_server = server
         self._http_port = int(server.server_address[1])
-        # A short poll interval makes stop() prompt: shutdown() waits for the next poll.
-        self._http_thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"otlp-http-receiver-{self._http_port}",
-            daemon=True,
-        )
-        self._http_thread.start()
+        self._http_thread = serve_in_background(server, f"otlp-http-receiver-{self._http_port}")
 
     def _start_grpc(self) -> None:
         executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="otlp-grpc-receiver")
@@ -877,17 +850,6 @@ class OtlpReceiver:
                 http_server.shutdown()
                 http_thread.join(timeout)
             http_server.server_close()
-
-    def __enter__(self) -> OtlpReceiver:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- endpoints ---------------------------------------------------------
 
@@ -937,13 +899,19 @@ class OtlpReceiver:
         metrics: list[Metric] = []
         logs: list[LogRecord] = []
         if spec.signal == "traces":
-            spans = _decode_spans(request, transport)
+            spans = _flatten(
+                request.resource_spans, "scope_spans", "spans", transport, _decode_span
+            )
             items = len(spans)
         elif spec.signal == "metrics":
-            metrics = _decode_metrics(request, transport)
+            metrics = _flatten(
+                request.resource_metrics, "scope_metrics", "metrics", transport, _decode_metric
+            )
             items = sum(len(metric.data_points) for metric in metrics)
         else:
-            logs = _decode_logs(request, transport)
+            logs = _flatten(
+                request.resource_logs, "scope_logs", "log_records", transport, _decode_log
+            )
             items = len(logs)
         received = ReceivedRequest(
             signal=spec.signal,
@@ -1089,21 +1057,6 @@ class OtlpReceiver:
 # --------------------------------------------------------------------------
 # pytest fixtures
 # --------------------------------------------------------------------------
-
-_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy")
-
-
-def bypass_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make HTTP and gRPC clients connect to loopback directly, never through a proxy.
-
-    Removes the proxy environment variables (``requests`` and gRPC honour them) and sets
-    ``no_proxy`` to the loopback names, for the rest of the test.
-    """
-    for name in _PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
-    for name in ("no_proxy", "NO_PROXY"):
-        monkeypatch.setenv(name, f"{LOOPBACK},localhost")
 
 
 @pytest.fixture(name="otlp_receiver")

@@ -65,9 +65,14 @@ class Pipeline:
         """The configured ledger."""
         return self.telemetry.ledger
 
-    def spans(self, name: str | None = None) -> list[ReadableSpan]:
-        """Finished spans (named `name`, if given) in the order they ended."""
-        return [s for s in self.exporter.get_finished_spans() if name is None or s.name == name]
+    def spans(self, name: str | None = None, *, prefix: str = "") -> list[ReadableSpan]:
+        """Finished spans (named `name`, if given; whose name starts with `prefix`) in the order
+        they ended."""
+        return [
+            s
+            for s in self.exporter.get_finished_spans()
+            if (name is None or s.name == name) and s.name.startswith(prefix)
+        ]
 
     def span(self, name: str) -> ReadableSpan:
         """The one finished span called `name`."""
@@ -116,6 +121,21 @@ def make_pipeline(
         set_global=False,
     )
     return Pipeline(exporter, reader, tracer_provider, meter_provider, telemetry)
+
+
+def set_otlp_environment(
+    monkeypatch: pytest.MonkeyPatch, *, protocol: str, endpoint: str, timeout: str
+) -> None:
+    """Make `configure()` export traces and metrics over OTLP to `endpoint` (``timeout``
+    seconds per export), with no sampler, resource attributes or headers from the
+    environment."""
+    for name in ("OTEL_TRACES_SAMPLER", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_HEADERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", timeout)
 
 
 @pytest.fixture(name="pipeline")
@@ -202,6 +222,20 @@ def calls(*emitted: tuple[str, str] | tuple[str, str, str]) -> dict[str, Any]:
 def result(call_id: str, text: str) -> dict[str, Any]:
     """A tool result."""
     return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+FLIGHT_MESSAGES = [
+    user("book a flight to Oslo"),
+    calls(("c1", "search")),
+    result("c1", "no flights found on Friday"),
+    assistant("None on Friday; I found 2 on Saturday."),
+    calls(("c2", "book")),
+    result("c2", "booked ZFA04Y"),
+    assistant("Booked ZFA04Y."),
+    calls(("c3", "pay", '{"booking": "ZFA04Y"}')),  # 21 characters of arguments: 6 tokens
+]
+"""A search whose result is a negative ("no flights"), a booking that mints the identifier
+ZFA04Y, and a payment call that uses it and has no result yet (message 7)."""
 
 
 def ledger_rows(ledger: ObligationLedger, conversation_id: str | None) -> list[tuple[Any, ...]]:

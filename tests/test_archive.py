@@ -1,7 +1,8 @@
 """The archive keeps compacted spans verbatim: exact bytes back, atomic, private, thread-safe.
 
-The expected serialization is computed here, independently of the archive module: compact
-JSON (``separators=(",", ":")``), non-ASCII kept, key order kept, UTF-8.
+The expected serialization is computed independently of the archive module
+(`archive_harness.expected_bytes`): compact JSON (``separators=(",", ":")``), non-ASCII kept,
+key order kept, UTF-8.
 """
 
 from __future__ import annotations
@@ -15,12 +16,19 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from archive_harness import (  # noqa: F401 - archive_fixture registers the fixture
+    FailAfterInsert,
+    InjectedCrash,
+    archive_fixture,
+    expected_bytes,
+    row_count,
+)
 from conftest import Transcript
+from workers import run_in_threads
 
 import otel_compaction
 from otel_compaction import Archive, ArchivedSpan, ArchiveError, CompactionError
@@ -65,11 +73,6 @@ TRICKY: list[dict[str, Any]] = [
 ]
 
 
-def expected_bytes(messages: list[dict[str, Any]]) -> bytes:
-    """The serialization the archive promises, written out independently."""
-    return json.dumps(messages, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
 def assert_identical(got: Any, want: Any, where: str = "messages") -> None:
     """Equal, and the same JSON types throughout: 1 is not 1.0, -0.0 is not 0.0, True is not 1."""
     assert type(got) is type(want), f"{where}: {type(got).__name__} != {type(want).__name__}"
@@ -85,18 +88,6 @@ def assert_identical(got: Any, want: Any, where: str = "messages") -> None:
         assert repr(got) == repr(want), f"{where}: float {got!r} != {want!r}"
     else:
         assert got == want, f"{where}: {got!r} != {want!r}"
-
-
-def row_count(path: Path) -> int:
-    """Rows in the archive table, read through a connection of its own."""
-    with sqlite3.connect(path) as conn:
-        return int(conn.execute("SELECT count(*) FROM archived_spans").fetchone()[0])
-
-
-@pytest.fixture
-def archive(tmp_path: Path) -> Iterator[Archive]:
-    with Archive(tmp_path / "archive.sqlite3") as opened:
-        yield opened
 
 
 # -- 1. round trip on every corpus transcript ------------------------------------------------------
@@ -314,24 +305,6 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 # -- 4. atomicity ----------------------------------------------------------------------------------
 
 
-class FailAfterInsert:
-    """A connection stand-in that raises on the first statement after the INSERT."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.inserted = False
-
-    def execute(self, sql: str, *params: Any) -> sqlite3.Cursor:
-        if self.inserted and not sql.startswith(("ROLLBACK", "COMMIT")):
-            raise RuntimeError("injected crash after the INSERT")
-        cursor = self.conn.execute(sql, *params)
-        self.inserted = self.inserted or sql.lstrip().startswith("INSERT")
-        return cursor
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.conn, name)
-
-
 def test_failure_inside_a_put_leaves_nothing(
     archive: Archive, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -340,7 +313,7 @@ def test_failure_inside_a_put_leaves_nothing(
     assert real is not None
     failing = FailAfterInsert(real)
     monkeypatch.setattr(archive, "_conn", failing)
-    with pytest.raises(RuntimeError, match="injected"):
+    with pytest.raises(InjectedCrash, match="injected"):
         archive.put(TRICKY[1:])
     assert failing.inserted, "the failure came after the row was written, inside the transaction"
     monkeypatch.setattr(archive, "_conn", real)
@@ -414,30 +387,19 @@ def test_process_killed_inside_a_put_leaves_nothing(tmp_path: Path) -> None:
 def test_concurrent_puts_are_all_recallable(archive: Archive) -> None:
     threads, per_thread = 8, 25
     handles: dict[str, list[dict[str, Any]]] = {}
-    errors: list[BaseException] = []
     guard = threading.Lock()
-    barrier = threading.Barrier(threads)
 
     def work(n: int) -> None:
-        try:
-            barrier.wait()
-            for i in range(per_thread):
-                span = [{"role": "user", "content": f"thread {n} span {i} ✓", "x": n + i / 7}]
-                shared = [{"role": "system", "content": "every thread stores this one"}]
-                for messages in (span, shared):
-                    record = archive.put(messages, conversation_id=f"t{n}")
-                    assert archive.recall(record.handle) == messages
-                    with guard:
-                        handles[record.handle] = messages
-        except BaseException as exc:  # reported below, in the test's thread
-            errors.append(exc)
+        for i in range(per_thread):
+            span = [{"role": "user", "content": f"thread {n} span {i} ✓", "x": n + i / 7}]
+            shared = [{"role": "system", "content": "every thread stores this one"}]
+            for messages in (span, shared):
+                record = archive.put(messages, conversation_id=f"t{n}")
+                assert archive.recall(record.handle) == messages
+                with guard:
+                    handles[record.handle] = messages
 
-    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=60)
-    assert not errors, errors
+    run_in_threads(work, threads)
     assert len(handles) == threads * per_thread + 1
     assert len(archive) == len(handles) == row_count(archive.path)
     for handle, messages in handles.items():

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from otel_compaction.cli import main
+from cli_harness import run_cli, write_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,16 +21,11 @@ SYSTEM: dict[str, Any] = {"role": "system", "content": "You are terse."}
 
 
 def write(tmp_path: Path, text: str, name: str = "transcript.json") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_file(tmp_path, name, text)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(["check", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(capsys, "check", *argv)
 
 
 def one_error_line(err: str) -> str:
@@ -264,9 +258,9 @@ def test_span_argument_that_looks_like_an_option(
 
 
 def test_usage_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    capsys.readouterr()
-    assert main(["check", "t.json", "--format", "yaml"]) == 2
-    line = one_error_line(capsys.readouterr().err)
+    code, _, err = run(capsys, "t.json", "--format", "yaml")
+    assert code == 2
+    line = one_error_line(err)
     # argparse words the list of choices differently across Python versions
     assert line.startswith("argument --format: invalid choice: 'yaml' (choose from ")
     assert line.endswith(" (see: otel-compaction check --help)")

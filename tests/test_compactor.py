@@ -6,9 +6,9 @@ says), against a budget of 100, so with the default policy (trigger 0.7, critica
 below critical, and the span picked after the system prompt is messages 1..3 (30 tokens brings
 80 down to the target of 50). The summary replacing a span is one message, so ten tokens.
 
-Transcripts are written with `Script`, which emits the same conversation as OpenAI Chat
-Completions messages, Anthropic Messages or OpenAI Responses items; calls carry no text, so a
-conversation has the same message indices in every format.
+Transcripts are written with `transcript_builders.Script`, which emits the same conversation
+as OpenAI Chat Completions messages, Anthropic Messages or OpenAI Responses items; calls carry
+no text, so a conversation has the same message indices in every format.
 """
 
 from __future__ import annotations
@@ -16,19 +16,27 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from archive_harness import (  # noqa: F401 - archive_fixture registers the fixture
+    FailAfterInsert,
+    InjectedCrash,
+    archive_fixture,
+    expected_bytes,
+    row_count,
+)
 from opentelemetry.trace import StatusCode
+from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the fixture
+    Pipeline,
+    key,
+    number_points,
+    pipeline_fixture,
+)
+from transcript_builders import CHAT, Call, Message, Script, fmt_param, policy_with
 
 import otel_compaction.compactor as compactor_module
 from otel_compaction import (
@@ -42,18 +50,11 @@ from otel_compaction import (
     Policy,
     Telemetry,
     Transcript,
-    configure,
     conversation,
 )
 from otel_compaction import semconv as sc
 from otel_compaction.compactor import CompactionResult, GuardedCompactor, SummaryRejected
 from otel_compaction.summarizers import ExtractiveSummarizer, SummaryRequest
-
-Message = dict[str, Any]
-
-CHAT, ANTHROPIC, RESPONSES = "openai_chat", "anthropic_messages", "openai_responses"
-FORMATS = (CHAT, ANTHROPIC, RESPONSES)
-fmt_param = pytest.mark.parametrize("fmt", FORMATS)
 
 BUDGET = 100
 PER_MESSAGE = 10
@@ -65,80 +66,8 @@ def ten_per_message(text: str) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Transcript builders
+# Conversations
 # --------------------------------------------------------------------------------------------
-
-
-class Script:
-    """Writes one conversation in `fmt`; every method returns the index of its message."""
-
-    def __init__(self, fmt: str = CHAT) -> None:
-        self.fmt = fmt
-        self.messages: list[Message] = []
-
-    def _add(self, message: Message) -> int:
-        self.messages.append(message)
-        return len(self.messages) - 1
-
-    def _text_item(self, role: str, text: str) -> Message:
-        part = "output_text" if role == "assistant" else "input_text"
-        return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
-
-    def system(self, text: str = "You are a careful operations agent.") -> int:
-        if self.fmt == RESPONSES:
-            return self._add(self._text_item("system", text))
-        return self._add({"role": "system", "content": text})
-
-    def user(self, text: str) -> int:
-        if self.fmt == RESPONSES:
-            return self._add(self._text_item("user", text))
-        return self._add({"role": "user", "content": text})
-
-    def say(self, text: str) -> int:
-        if self.fmt == CHAT:
-            return self._add({"role": "assistant", "content": text})
-        if self.fmt == ANTHROPIC:
-            return self._add({"role": "assistant", "content": [{"type": "text", "text": text}]})
-        return self._add(self._text_item("assistant", text))
-
-    def call(self, call_id: str, name: str, **arguments: Any) -> int:
-        if self.fmt == CHAT:
-            return self._add(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": name, "arguments": json.dumps(arguments)},
-                        }
-                    ],
-                }
-            )
-        if self.fmt == ANTHROPIC:
-            block = {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
-            return self._add({"role": "assistant", "content": [block]})
-        return self._add(
-            {
-                "type": "function_call",
-                "call_id": call_id,
-                "name": name,
-                "arguments": json.dumps(arguments),
-            }
-        )
-
-    def result(self, call_id: str, text: str) -> int:
-        if self.fmt == CHAT:
-            return self._add({"role": "tool", "tool_call_id": call_id, "content": text})
-        if self.fmt == ANTHROPIC:
-            block = {
-                "type": "tool_result",
-                "tool_use_id": call_id,
-                "content": [{"type": "text", "text": text}],
-            }
-            return self._add({"role": "user", "content": [block]})
-        return self._add({"type": "function_call_output", "call_id": call_id, "output": text})
 
 
 def closed_conversation(fmt: str = CHAT) -> list[Message]:
@@ -146,10 +75,10 @@ def closed_conversation(fmt: str = CHAT) -> list[Message]:
     s = Script(fmt)
     s.system()
     s.user("What is the weather in Lisbon?")
-    s.call("w1", "weather", city="Lisbon")
+    s.call(Call("w1", "weather", {"city": "Lisbon"}))
     s.result("w1", "sunny, 24 degrees")
     s.user("And in Porto?")
-    s.call("w2", "weather", city="Porto")
+    s.call(Call("w2", "weather", {"city": "Porto"}))
     s.result("w2", "rain, 17 degrees")
     s.say("It is raining in Porto.")
     return s.messages
@@ -161,7 +90,7 @@ def pairing_break_conversation(fmt: str = CHAT) -> list[Message]:
     s.system()
     s.user("hello")
     s.say("Hi, how can I help?")
-    s.call("w1", "weather", city="Lisbon")
+    s.call(Call("w1", "weather", {"city": "Lisbon"}))
     s.result("w1", "sunny, 24 degrees")
     s.user("thanks")
     s.say("You are welcome.")
@@ -175,7 +104,7 @@ def open_call_conversation(fmt: str = CHAT, *, length: int = 8) -> list[Message]
     s.system()
     s.user("hello")
     s.say("Hi, how can I help?")
-    s.call("m1", "run_migration", database="orders")
+    s.call(Call("m1", "run_migration", {"database": "orders"}))
     chatter = ["Is it done?", "It is still running.", "ok", "Waiting for it.", "fine", "Noted."]
     for i, text in enumerate(chatter[: length - 4]):
         (s.user if i % 2 == 0 else s.say)(text)
@@ -187,7 +116,7 @@ def open_call_at_head_conversation(fmt: str = CHAT) -> list[Message]:
     """Eight messages; the first message after the system prompt is the unanswered call m1."""
     s = Script(fmt)
     s.system()
-    s.call("m1", "run_migration", database="orders")
+    s.call(Call("m1", "run_migration", {"database": "orders"}))
     for i, text in enumerate(["status?", "Still running.", "ok", "Waiting.", "fine", "Noted."]):
         (s.user if i % 2 == 0 else s.say)(text)
     return s.messages
@@ -198,10 +127,10 @@ def booking_conversation() -> list[Message]:
     s = Script()
     s.system()
     s.user("Book the cheapest flight to Lisbon.")
-    s.call("b1", "book_flight", to="LIS")
+    s.call(Call("b1", "book_flight", {"to": "LIS"}))
     s.result("b1", "booked, confirmation ZFA04Y")
     s.user("Email me the confirmation.")
-    s.call("e1", "send_email", code="ZFA04Y")
+    s.call(Call("e1", "send_email", {"code": "ZFA04Y"}))
     s.result("e1", "sent")
     s.say("Sent ZFA04Y.")
     return s.messages
@@ -212,10 +141,10 @@ def log_search_conversation() -> list[Message]:
     s = Script()
     s.system()
     s.user("Any TLS errors for svc-payments?")
-    s.call("call_logs_1", "search_logs", query="TLS handshake error")
+    s.call(Call("call_logs_1", "search_logs", {"query": "TLS handshake error"}))
     s.result("call_logs_1", "no matches in the last 24h")
     s.user("ok, restart it")
-    s.call("r1", "restart_service", service="svc-payments")
+    s.call(Call("r1", "restart_service", {"service": "svc-payments"}))
     s.result("r1", "restarted")
     s.say("Restarted.")
     return s.messages
@@ -278,28 +207,15 @@ def compactor(
     )
 
 
-def policy_with(**sections: dict[str, Any]) -> Policy:
-    """The default policy with some keys of its sections replaced."""
-    data = Policy.load("default").model_dump()
-    for section, values in sections.items():
-        data[section] = {**data[section], **values}
-    return Policy.model_validate(data)
-
-
 def dumped(messages: Sequence[Message]) -> list[str]:
     """Each message as JSON text: equal lists mean byte-equal messages."""
     return [json.dumps(m, ensure_ascii=False) for m in messages]
 
 
 def summary_message(fmt: str, text: str) -> Message:
-    """The message a summary is written as, in `fmt`."""
-    if fmt == RESPONSES:
-        return {
-            "type": "message",
-            "role": "user",
-            "content": [{"type": "input_text", "text": text}],
-        }
-    return {"role": "user", "content": text}
+    """The message a summary is written as, in `fmt`: a user turn."""
+    s = Script(fmt)
+    return s.messages[s.user(text)]
 
 
 def tool_pairs(messages: Sequence[Message]) -> list[tuple[str, bool]]:
@@ -309,11 +225,6 @@ def tool_pairs(messages: Sequence[Message]) -> list[tuple[str, bool]]:
     return [(c.id, c.result is not None) for c in transcript.calls]
 
 
-def expected_bytes(messages: Sequence[Message]) -> bytes:
-    """The archive's stored form, written out here independently."""
-    return json.dumps(list(messages), ensure_ascii=False, separators=(",", ":")).encode()
-
-
 def assert_archive_whole(archive: Archive, messages: Sequence[Message]) -> None:
     """Every row is a whole span of `messages`, content-addressed, read back byte for byte."""
     for row in archive.spans():
@@ -321,15 +232,7 @@ def assert_archive_whole(archive: Archive, messages: Sequence[Message]) -> None:
         assert archive.recall_bytes(row.handle) == want
         assert row.handle == "arc_" + hashlib.sha256(want).hexdigest()[:24]
         assert row.count == row.end - row.start
-    with sqlite3.connect(archive.path) as conn:
-        rows = conn.execute("SELECT count(*) FROM archived_spans").fetchone()[0]
-    assert rows == len(archive.spans())
-
-
-@pytest.fixture
-def archive(tmp_path: Path) -> Iterator[Archive]:
-    with Archive(tmp_path / "archive.sqlite3") as opened:
-        yield opened
+    assert row_count(archive.path) == len(archive.spans())
 
 
 # --------------------------------------------------------------------------------------------
@@ -540,7 +443,7 @@ def test_extension_into_the_kept_recent_messages_only_when_critical(critical: bo
     s.user("hello")
     s.say("Hi.")
     s.user("What is the weather?")
-    s.call("w1", "weather", city="Lisbon")
+    s.call(Call("w1", "weather", {"city": "Lisbon"}))
     s.result("w1", "sunny")
     s.say("Sunny.")
     messages = s.messages
@@ -564,7 +467,7 @@ def test_extension_into_the_kept_recent_messages_only_when_critical(critical: bo
 def test_no_closed_cut_before_the_kept_recent_messages_compacts_nothing() -> None:
     s = Script()
     s.system()
-    s.call("w1", "weather", city="Lisbon")
+    s.call(Call("w1", "weather", {"city": "Lisbon"}))
     for i in range(3):
         (s.user if i % 2 == 0 else s.say)(f"message {i}")
     s.result("w1", "sunny")
@@ -750,12 +653,8 @@ def test_summary_stating_the_negative_passes(summary: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class Crash(Exception):
-    """An injected crash."""
-
-
 def _raise(*args: Any, **kwargs: Any) -> Any:
-    raise Crash("injected crash")
+    raise InjectedCrash("injected crash")
 
 
 @pytest.mark.parametrize("where", ["attach_summary", "summary_message"])
@@ -769,7 +668,7 @@ def test_crash_after_the_archive_put_loses_nothing(
             patch.setattr(archive, "attach_summary", _raise)
         else:
             patch.setattr(compactor_module, "_summary_message", _raise)
-        with pytest.raises(Crash):
+        with pytest.raises(InjectedCrash):
             compactor(ExtractiveSummarizer(), archive=archive).compact(messages)
 
     assert messages == before
@@ -783,24 +682,6 @@ def test_crash_after_the_archive_put_loses_nothing(
     assert_archive_whole(archive, before)
 
 
-class FailAfterInsert:
-    """A connection stand-in that raises on the first statement after the INSERT."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.inserted = False
-
-    def execute(self, sql: str, *params: Any) -> sqlite3.Cursor:
-        if self.inserted and not sql.startswith(("ROLLBACK", "COMMIT")):
-            raise Crash("injected crash inside the archive transaction")
-        cursor = self.conn.execute(sql, *params)
-        self.inserted = self.inserted or sql.lstrip().startswith("INSERT")
-        return cursor
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.conn, name)
-
-
 def test_crash_inside_the_archive_put_loses_nothing(
     archive: Archive, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -812,7 +693,7 @@ def test_crash_inside_the_archive_put_loses_nothing(
     failing = FailAfterInsert(real)
     with monkeypatch.context() as patch:
         patch.setattr(archive, "_conn", failing)
-        with pytest.raises(Crash):
+        with pytest.raises(InjectedCrash):
             compactor(summarizer, archive=archive).compact(messages)
     assert failing.inserted
     assert messages == before
@@ -933,46 +814,6 @@ def test_a_severed_call_is_not_abandoned_a_second_time() -> None:
     assert [(o.id, o.status) for o in ledger.snapshot(None).obligations] == [("m1", "result")]
 
 
-@dataclass
-class Pipeline:
-    exporter: InMemorySpanExporter
-    reader: InMemoryMetricReader
-    telemetry: Telemetry
-
-    def spans(self, prefix: str) -> list[ReadableSpan]:
-        return [s for s in self.exporter.get_finished_spans() if s.name.startswith(prefix)]
-
-    def decisions(self) -> dict[tuple[str, str], int | float]:
-        data = self.reader.get_metrics_data()
-        assert data is not None
-        out: dict[tuple[str, str], int | float] = {}
-        for resource in data.resource_metrics:
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    if metric.name != sc.METRIC_DECISIONS:
-                        continue
-                    for point in metric.data.data_points:
-                        assert isinstance(point, NumberDataPoint)
-                        attrs = point.attributes or {}
-                        out[(str(attrs[sc.ACTION]), str(attrs[sc.RULE]))] = point.value
-        return out
-
-
-@pytest.fixture
-def pipeline() -> Iterator[Pipeline]:
-    exporter = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    reader = InMemoryMetricReader()
-    meter_provider = MeterProvider(metric_readers=[reader])
-    telemetry = configure(
-        tracer_provider=tracer_provider, meter_provider=meter_provider, set_global=False
-    )
-    yield Pipeline(exporter, reader, telemetry)
-    tracer_provider.shutdown()
-    meter_provider.shutdown()
-
-
 def test_forced_abandonment_and_compaction_are_recorded(
     pipeline: Pipeline, archive: Archive
 ) -> None:
@@ -992,17 +833,17 @@ def test_forced_abandonment_and_compaction_are_recorded(
     [record] = pipeline.telemetry.ledger.snapshot("conv-1").obligations
     assert (record.id, record.status) == ("m1", "abandoned")
 
-    [abandoned] = pipeline.spans(sc.TOOL_RESULT_SPAN)
+    [abandoned] = pipeline.spans(prefix=sc.TOOL_RESULT_SPAN)
     assert abandoned.name == "tool_result run_migration"
     attrs = abandoned.attributes or {}
     assert attrs[sc.OBLIGATION_STATUS] == "abandoned"
     assert attrs[sc.GEN_AI_TOOL_CALL_ID] == "m1"
     assert attrs[sc.ABANDON_REASON] == "forced terminal before compaction"
-    [call_span] = pipeline.spans("execute_tool")
+    [call_span] = pipeline.spans(prefix="execute_tool")
     assert [link.context.span_id for link in abandoned.links] == [call_span.context.span_id]
     assert (call_span.attributes or {})[sc.OBLIGATION_STATUS] == "abandoned"
 
-    [apply] = pipeline.spans(sc.APPLY_SPAN)
+    [apply] = pipeline.spans(prefix=sc.APPLY_SPAN)
     attrs = apply.attributes or {}
     assert attrs[sc.TOKENS_BEFORE] == 80
     assert attrs[sc.TOKENS_AFTER] == 60
@@ -1014,9 +855,12 @@ def test_forced_abandonment_and_compaction_are_recorded(
     assert [e.name for e in apply.events] == [sc.EVENT_CONVERSATION_COMPACTED]
     assert (apply.events[0].attributes or {})[sc.ARCHIVE_HANDLE] == result.archive_handle
 
-    evaluations = pipeline.spans(sc.EVALUATE_SPAN)
+    evaluations = pipeline.spans(prefix=sc.EVALUATE_SPAN)
     assert [(s.attributes or {})[sc.ACTION] for s in evaluations] == ["refuse", "compact"]
-    assert pipeline.decisions() == {("refuse", "open_tool_call"): 1, ("compact", "none"): 1}
+    assert number_points(pipeline.metrics()[sc.METRIC_DECISIONS]) == {
+        key({sc.ACTION: "refuse", sc.RULE: "open_tool_call"}): 1,
+        key({sc.ACTION: "compact", sc.RULE: "none"}): 1,
+    }
 
 
 def test_abandoning_a_call_the_recorder_never_held_goes_through_the_ledger(
@@ -1030,14 +874,14 @@ def test_abandoning_a_call_the_recorder_never_held_goes_through_the_ledger(
     assert [(o.id, o.status) for o in pipeline.telemetry.ledger.snapshot("conv-2").obligations] == [
         ("m1", "abandoned")
     ]
-    assert pipeline.spans(sc.TOOL_RESULT_SPAN) == []
+    assert pipeline.spans(prefix=sc.TOOL_RESULT_SPAN) == []
 
 
 def test_failed_compaction_marks_its_span_as_an_error(pipeline: Pipeline) -> None:
     c = compactor(Failing(), telemetry=pipeline.telemetry)
     with pytest.raises(SummarizerDown):
         c.compact(closed_conversation())
-    [apply] = pipeline.spans(sc.APPLY_SPAN)
+    [apply] = pipeline.spans(prefix=sc.APPLY_SPAN)
     assert apply.status.status_code is StatusCode.ERROR
     assert (apply.attributes or {})[sc.ERROR_TYPE] == "SummarizerDown"
 
@@ -1046,7 +890,7 @@ def test_unverified_summary_is_recorded_as_rejected(pipeline: Pipeline) -> None:
     c = compactor(Recording(("Booked a flight.",)), telemetry=pipeline.telemetry)
     result = c.compact(booking_conversation())
     assert result.compacted is False
-    [apply] = pipeline.spans(sc.APPLY_SPAN)
+    [apply] = pipeline.spans(prefix=sc.APPLY_SPAN)
     attrs = apply.attributes or {}
     assert (attrs[sc.COMPACTED], attrs[sc.VERIFIED], attrs[sc.SUMMARY_ATTEMPTS]) == (
         False,
@@ -1069,11 +913,11 @@ def flights(fmt: str) -> list[Message]:
     """Eight messages with no system prompt; TP1234, first seen in message 2, is used later."""
     s = Script(fmt)
     s.user("Find a flight to Lisbon.")
-    s.call("f1", "search_flights", to="LIS")
+    s.call(Call("f1", "search_flights", {"to": "LIS"}))
     s.result("f1", "TP1234 departs at 09:05")
     s.say("TP1234 departs at 09:05.")
     s.user("Book it.")
-    s.call("k1", "book_flight", flight="TP1234")
+    s.call(Call("k1", "book_flight", {"flight": "TP1234"}))
     s.result("k1", "booked")
     s.say("Booked.")
     return s.messages

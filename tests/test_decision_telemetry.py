@@ -1,7 +1,8 @@
 """Each gate action as one ``compaction.evaluate`` span, events named for it, and metrics.
 
-The transcript: a search whose result is a negative ("no flights"), a booking that mints the
-identifier ZFA04Y, and a payment call that uses it and has no result yet (message 7).
+The transcript, `FLIGHT_MESSAGES`: a search whose result is a negative ("no flights"), a
+booking that mints the identifier ZFA04Y, and a payment call that uses it and has no result yet
+(message 7).
 """
 
 from __future__ import annotations
@@ -13,32 +14,19 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the fixture
+    FLIGHT_MESSAGES,
     FORBIDDEN_METRIC_KEYS,
     Pipeline,
-    assistant,
-    calls,
     key,
     metric_attribute_keys,
     metric_attribute_values,
     number_points,
     pipeline_fixture,
-    result,
-    user,
 )
 
 from otel_compaction import CompactionRefused, OpenObligationError, conversation
 from otel_compaction import semconv as sc
 
-MESSAGES = [
-    user("book a flight to Oslo"),
-    calls(("c1", "search")),
-    result("c1", "no flights found on Friday"),
-    assistant("None on Friday; I found 2 on Saturday."),
-    calls(("c2", "book")),
-    result("c2", "booked ZFA04Y"),
-    assistant("Booked ZFA04Y."),
-    calls(("c3", "pay", '{"booking": "ZFA04Y"}')),  # 21 characters of arguments: 6 tokens
-]
 EVALUATE = "compaction.evaluate"
 
 
@@ -80,7 +68,7 @@ def _decisions(pipeline: Pipeline) -> dict[frozenset[tuple[str, Any]], int | flo
 
 def test_compact_is_one_evaluate_span_with_a_compacted_event(pipeline: Pipeline) -> None:
     before = time.time_ns()
-    decision = pipeline.telemetry.gate().evaluate(MESSAGES, 0, 4)
+    decision = pipeline.telemetry.gate().evaluate(FLIGHT_MESSAGES, 0, 4)
     after = time.time_ns()
     assert (decision.action, decision.span, decision.extended) == ("compact", (0, 4), False)
 
@@ -103,7 +91,7 @@ def test_compact_is_one_evaluate_span_with_a_compacted_event(pipeline: Pipeline)
 
 def test_an_extended_compaction_adds_an_extended_event(pipeline: Pipeline) -> None:
     # [0, 2) cuts between the search and its result: extended to [0, 3).
-    decision = pipeline.telemetry.gate().evaluate(MESSAGES, 0, 2)
+    decision = pipeline.telemetry.gate().evaluate(FLIGHT_MESSAGES, 0, 2)
     assert (decision.action, decision.span, decision.extended) == ("compact", (0, 3), True)
 
     span = pipeline.span(EVALUATE)
@@ -121,7 +109,7 @@ def test_an_extended_compaction_adds_an_extended_event(pipeline: Pipeline) -> No
 
 
 def test_a_deferral_names_the_live_obligation_and_counts_held_tokens(pipeline: Pipeline) -> None:
-    decision = pipeline.telemetry.gate().evaluate(MESSAGES, 4, 8)
+    decision = pipeline.telemetry.gate().evaluate(FLIGHT_MESSAGES, 4, 8)
     assert (decision.action, decision.span, decision.requested) == ("defer", (4, 7), (4, 8))
 
     span = pipeline.span(EVALUATE)
@@ -149,10 +137,10 @@ def test_a_refusal_is_recorded_before_it_is_raised(pipeline: Pipeline) -> None:
     gate = pipeline.telemetry.gate()
     # Critical: no deferral allowed.
     with pytest.raises(OpenObligationError) as critical:
-        gate.evaluate(MESSAGES, 4, 8, critical=True)
+        gate.evaluate(FLIGHT_MESSAGES, 4, 8, critical=True)
     # Not critical, but nothing closed before the open call: refused too.
     with pytest.raises(CompactionRefused) as no_prefix:
-        gate.evaluate(MESSAGES, 7, 8)
+        gate.evaluate(FLIGHT_MESSAGES, 7, 8)
     assert critical.value.decision.action == "refuse"
     assert no_prefix.value.decision.span == (7, 8)
 
@@ -193,9 +181,9 @@ def test_a_result_the_ledger_saw_but_the_transcript_lost_is_a_severed_obligation
         for call_id, tool in (("c1", "search"), ("c2", "book"), ("c3", "pay")):
             pipeline.recorder.call(tool, call_id).result("done")
         # The transcript has the payment call but lost its result.
-        deferred = gate.evaluate(MESSAGES, 4, 8)
+        deferred = gate.evaluate(FLIGHT_MESSAGES, 4, 8)
         with pytest.raises(OpenObligationError) as refused:
-            gate.evaluate(MESSAGES, 4, 8, critical=True)
+            gate.evaluate(FLIGHT_MESSAGES, 4, 8, critical=True)
     assert deferred.action == "defer"
     rules = [f.rule for f in refused.value.decision.blocking]
     assert rules == ["open_tool_call", "severed_obligation"]
@@ -226,9 +214,14 @@ def test_decision_metrics_count_every_action_and_carry_no_ids(pipeline: Pipeline
         for call_id, tool in (("c1", "search"), ("c2", "book")):
             pipeline.recorder.call(tool, call_id).result("ok")
         pipeline.recorder.call("pay", "c3")  # still open, as in the transcript
-        outcomes = [gate.evaluate(MESSAGES, 0, 4).action, gate.evaluate(MESSAGES, 0, 2).action]
-        outcomes.append(gate.evaluate(MESSAGES, 4, 8).action)
-        outcomes.append(gate.evaluate(MESSAGES, 4, 8, critical=True, raise_on_refuse=False).action)
+        outcomes = [
+            gate.evaluate(FLIGHT_MESSAGES, 0, 4).action,
+            gate.evaluate(FLIGHT_MESSAGES, 0, 2).action,
+        ]
+        outcomes.append(gate.evaluate(FLIGHT_MESSAGES, 4, 8).action)
+        outcomes.append(
+            gate.evaluate(FLIGHT_MESSAGES, 4, 8, critical=True, raise_on_refuse=False).action
+        )
     assert outcomes == ["compact", "compact", "defer", "refuse"]
 
     metrics = pipeline.metrics()

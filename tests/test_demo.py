@@ -8,14 +8,10 @@ import json
 import re
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from telemetry_harness import make_pipeline
 
 from otel_compaction.cli import main
 from otel_compaction.demo import DemoConfig, RunStats, _read_progress, run_demo
-from otel_compaction.telemetry import configure
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +96,13 @@ def test_agent_cannot_bind_a_result_whose_call_is_gone() -> None:
 
 
 def test_guarded_runs_record_decisions_and_tool_calls_as_spans() -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry = configure(
-        tracer_provider=provider, meter_provider=MeterProvider(), set_global=False
-    )
+    pipeline = make_pipeline()
     pairs = run_demo(
-        DemoConfig(runs=1, seed=2), telemetry=telemetry, out=io.StringIO(), progress=None
+        DemoConfig(runs=1, seed=2), telemetry=pipeline.telemetry, out=io.StringIO(), progress=None
     )
     guarded = pairs[0][1]
-    spans = exporter.get_finished_spans()
+    spans = pipeline.spans()
+    pipeline.shutdown()
     names = [s.name for s in spans]
     applied = [s for s in spans if s.name == "compaction.apply"]
     evaluations = [s for s in spans if s.name == "compaction.evaluate"]

@@ -12,14 +12,7 @@ from typing import Any
 
 import pytest
 from otlp_receiver import bypass_proxies
-from telemetry_harness import (
-    assistant,
-    calls,
-    ledger_rows,
-    make_pipeline,
-    result,
-    user,
-)
+from telemetry_harness import FLIGHT_MESSAGES, ledger_rows, make_pipeline, set_otlp_environment
 
 from otel_compaction import Telemetry, configure, conversation
 
@@ -29,17 +22,6 @@ SHUTDOWN_BOUND_S = 2 * 2 * OTLP_TIMEOUT_S + 2.0
 """Two providers flush on shutdown; each may wait for an export already in flight and then
 for its final export, each bounded by the exporter's timeout; plus two seconds of slack for a
 loaded machine. With the default timeouts (10 s per export) one export alone would take longer."""
-
-MESSAGES = [
-    user("book a flight to Oslo"),
-    calls(("c1", "search")),
-    result("c1", "no flights found on Friday"),
-    assistant("None on Friday; I found 2 on Saturday."),
-    calls(("c2", "book")),
-    result("c2", "booked ZFA04Y"),
-    assistant("Booked ZFA04Y."),
-    calls(("c3", "pay", '{"booking": "ZFA04Y"}')),
-]
 
 
 @pytest.fixture
@@ -75,7 +57,7 @@ def _agent_run(telemetry: Telemetry, pause_s: float) -> tuple[dict[str, Any], fl
         timed(recorder.call, "pay", "c3")
         for start, end, critical in ((0, 2, False), (4, 8, False), (4, 8, True)):
             decision = timed(
-                gate.evaluate, MESSAGES, start, end, critical=critical, raise_on_refuse=False
+                gate.evaluate, FLIGHT_MESSAGES, start, end, critical=critical, raise_on_refuse=False
             )
             decisions.append(decision.to_dict())
     observed = {
@@ -90,13 +72,12 @@ def test_a_dead_endpoint_changes_nothing_and_shutdown_is_bounded(
     closed_port: int, monkeypatch: pytest.MonkeyPatch, protocol: str
 ) -> None:
     bypass_proxies(monkeypatch)
-    for name in ("OTEL_TRACES_SAMPLER", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_HEADERS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{closed_port}")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", f"{OTLP_TIMEOUT_S:g}")
+    set_otlp_environment(
+        monkeypatch,
+        protocol=protocol,
+        endpoint=f"http://127.0.0.1:{closed_port}",
+        timeout=f"{OTLP_TIMEOUT_S:g}",
+    )
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # export attempts during the run
     monkeypatch.setenv("OTEL_BSP_EXPORT_TIMEOUT", "500")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")

@@ -12,9 +12,8 @@ the ``CI`` environment variable is ``true``.
 from __future__ import annotations
 
 import asyncio
-import http.client
+import contextlib
 import json
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -30,20 +29,24 @@ from fake_llm_server import (  # noqa: F401 - the fixture import registers the f
     ToolCall,
     fake_llm_server_fixture,
 )
+from llm_clients import (  # noqa: F401 - sdks_fixture registers the fixture
+    API_KEY,
+    anthropic_client,
+    async_anthropic_client,
+    async_openai_client,
+    openai_client,
+    sdks_fixture,
+)
+from loopback import assert_refused, http_request
 
-try:
+with contextlib.suppress(ImportError):  # the SDK tests skip (or fail under CI) without them
     import anthropic
     import openai
     from anthropic.types import MessageParam
     from openai.types.chat import ChatCompletionMessageParam
-except ImportError as missing:  # the SDK tests skip (or fail under CI) below
-    SDK_IMPORT_ERROR: ImportError | None = missing
-else:
-    SDK_IMPORT_ERROR = None
 
 Mode = Literal["sync", "async"]
 
-API_KEY = "test-key-not-secret"
 TEXT = "Zürich → Oslo: nothing direct on Friday; SK4417 flies Saturday at 09:10."
 SEARCH_ARGS = {"to": "OSL", "day": "Saturday", "filters": {"direct": True, "max_stops": 0}}
 BOOK_ARGS = '{"flight":"SK4417","seats":2,"note":"window, ünd aisle"}'
@@ -54,33 +57,6 @@ CALL_IDS: dict[Api, tuple[str, str]] = {
 }
 APIS: tuple[Api, ...] = ("chat", "responses", "messages")
 USER_TEXT = "Find me a flight to Oslo."
-
-
-def running_in_ci() -> bool:
-    """True when the ``CI`` environment variable is ``true``."""
-    return os.environ.get("CI", "").strip().lower() == "true"
-
-
-def require_sdks() -> None:
-    """Skip when the openai or anthropic SDK is missing; fail instead under ``CI=true``.
-
-    ``pytest.importorskip`` would skip under CI too, hiding the missing dependency.
-    """
-    if SDK_IMPORT_ERROR is None:
-        return
-    reason = (
-        f"the real openai and anthropic SDKs are needed ({SDK_IMPORT_ERROR}); "
-        "install them with: pip install 'openai>=1.66' 'anthropic>=0.40'"
-    )
-    if running_in_ci():
-        pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(name="sdks")
-def sdks_fixture() -> None:
-    """Apply `require_sdks` to a test."""
-    require_sdks()
 
 
 # --------------------------------------------------------------------------
@@ -124,46 +100,6 @@ def script_tool_calls(server: FakeLLMServer, api: Api) -> None:
             ToolCall("search_flights", SEARCH_ARGS, id=search_id),
             ToolCall("book_flight", BOOK_ARGS, id=book_id),
         ],
-    )
-
-
-def _openai(server: FakeLLMServer) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=server.openai_base_url,
-        api_key=API_KEY,
-        max_retries=0,
-        timeout=10,
-        _strict_response_validation=True,
-    )
-
-
-def _async_openai(server: FakeLLMServer) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=server.openai_base_url,
-        api_key=API_KEY,
-        max_retries=0,
-        timeout=10,
-        _strict_response_validation=True,
-    )
-
-
-def _anthropic(server: FakeLLMServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        base_url=server.anthropic_base_url,
-        api_key=API_KEY,
-        max_retries=0,
-        timeout=10,
-        _strict_response_validation=True,
-    )
-
-
-def _async_anthropic(server: FakeLLMServer) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(
-        base_url=server.anthropic_base_url,
-        api_key=API_KEY,
-        max_retries=0,
-        timeout=10,
-        _strict_response_validation=True,
     )
 
 
@@ -228,7 +164,7 @@ def _chat_outcome(completion: openai.types.chat.ChatCompletion) -> Outcome:
 
 def chat_sync(server: FakeLLMServer, stream: bool) -> Outcome:
     """One Chat Completions call with the sync client."""
-    with _openai(server) as client:
+    with openai_client(server) as client:
         if not stream:
             return _chat_outcome(
                 client.chat.completions.create(model="gpt-test", messages=_chat_messages())
@@ -244,7 +180,7 @@ def chat_sync(server: FakeLLMServer, stream: bool) -> Outcome:
 
 async def chat_async(server: FakeLLMServer, stream: bool) -> Outcome:
     """One Chat Completions call with the async client."""
-    async with _async_openai(server) as client:
+    async with async_openai_client(server) as client:
         if not stream:
             return _chat_outcome(
                 await client.chat.completions.create(model="gpt-test", messages=_chat_messages())
@@ -282,7 +218,7 @@ def _count_response_deltas(event: openai.types.responses.ResponseStreamEvent) ->
 
 def responses_sync(server: FakeLLMServer, stream: bool) -> Outcome:
     """One Responses call with the sync client (``responses.stream`` when streamed)."""
-    with _openai(server) as client:
+    with openai_client(server) as client:
         if not stream:
             return _response_outcome(client.responses.create(model="gpt-test", input=USER_TEXT))
         deltas = 0
@@ -295,7 +231,7 @@ def responses_sync(server: FakeLLMServer, stream: bool) -> Outcome:
 
 async def responses_async(server: FakeLLMServer, stream: bool) -> Outcome:
     """One Responses call with the async client (``responses.stream`` when streamed)."""
-    async with _async_openai(server) as client:
+    async with async_openai_client(server) as client:
         if not stream:
             return _response_outcome(
                 await client.responses.create(model="gpt-test", input=USER_TEXT)
@@ -333,7 +269,7 @@ def _count_message_deltas(event: object) -> int:
 
 def messages_sync(server: FakeLLMServer, stream: bool) -> Outcome:
     """One Messages call with the sync client (``messages.stream`` when streamed)."""
-    with _anthropic(server) as client:
+    with anthropic_client(server) as client:
         if not stream:
             return _message_outcome(
                 client.messages.create(
@@ -352,7 +288,7 @@ def messages_sync(server: FakeLLMServer, stream: bool) -> Outcome:
 
 async def messages_async(server: FakeLLMServer, stream: bool) -> Outcome:
     """One Messages call with the async client (``messages.stream`` when streamed)."""
-    async with _async_anthropic(server) as client:
+    async with async_anthropic_client(server) as client:
         if not stream:
             return _message_outcome(
                 await client.messages.create(
@@ -449,9 +385,9 @@ def test_generated_ids_and_model_override(fake_llm_server: FakeLLMServer) -> Non
         "chat", tool_calls=[ToolCall("a"), ToolCall("b", {"x": 1})], model="gpt-served"
     )
     fake_llm_server.enqueue("messages", tool_calls=[ToolCall("a"), ToolCall("b", {"x": 1})])
-    with _openai(fake_llm_server) as client:
+    with openai_client(fake_llm_server) as client:
         completion = client.chat.completions.create(model="gpt-test", messages=_chat_messages())
-    with _anthropic(fake_llm_server) as claude:
+    with anthropic_client(fake_llm_server) as claude:
         message = claude.messages.create(
             model="claude-test", max_tokens=64, messages=_anthropic_messages()
         )
@@ -472,9 +408,9 @@ def test_raw_event_streams_are_typed_by_the_sdks(fake_llm_server: FakeLLMServer)
     """``create(stream=True)`` yields the SDKs' typed events, in the providers' order."""
     fake_llm_server.enqueue("responses", "Hi!", tool_calls=[ToolCall("f", {"k": "v"}, id="c1")])
     fake_llm_server.enqueue("messages", "Hi!", tool_calls=[ToolCall("f", {"k": "v"}, id="t1")])
-    with _openai(fake_llm_server) as client:
+    with openai_client(fake_llm_server) as client:
         events = list(client.responses.create(model="gpt-test", input="hi", stream=True))
-    with _anthropic(fake_llm_server) as claude:
+    with anthropic_client(fake_llm_server) as claude:
         raw = list(
             claude.messages.create(
                 model="claude-test", max_tokens=64, messages=_anthropic_messages(), stream=True
@@ -525,7 +461,7 @@ def test_chat_stream_usage_chunk(fake_llm_server: FakeLLMServer) -> None:
     """With ``stream_options.include_usage`` a last chunk without choices carries the usage."""
     fake_llm_server.enqueue("chat", "ok")
     with (
-        _openai(fake_llm_server) as client,
+        openai_client(fake_llm_server) as client,
         client.chat.completions.create(
             model="gpt-test",
             messages=_chat_messages(),
@@ -550,7 +486,7 @@ def test_scripted_and_unscripted_errors_raise_the_sdk_errors(
     500 naming the API."""
     fake_llm_server.enqueue_error("chat", 429, "slow down", type="rate_limit_error")
     fake_llm_server.enqueue_error("messages", 529, "overloaded", type="overloaded_error")
-    with _openai(fake_llm_server) as client, _anthropic(fake_llm_server) as claude:
+    with openai_client(fake_llm_server) as client, anthropic_client(fake_llm_server) as claude:
         with pytest.raises(openai.RateLimitError, match="slow down"):
             client.chat.completions.create(model="gpt-test", messages=_chat_messages())
         with pytest.raises(anthropic.APIStatusError, match="overloaded") as overloaded:
@@ -579,7 +515,7 @@ def test_raw_reply_is_sent_verbatim(fake_llm_server: FakeLLMServer) -> None:
         "choices": [],
     }
     fake_llm_server.enqueue_reply("chat", RawReply(body))
-    with _openai(fake_llm_server) as client:
+    with openai_client(fake_llm_server) as client:
         completion = client.chat.completions.create(model="gpt-test", messages=_chat_messages())
     assert completion.id == "chatcmpl-empty"
     assert completion.choices == []
@@ -591,7 +527,7 @@ def test_concurrent_clients_are_served_in_parallel(fake_llm_server: FakeLLMServe
     answers = [f"answer {n}" for n in range(8)]
     for answer in answers:
         fake_llm_server.enqueue("chat", answer)
-    with _openai(fake_llm_server) as client:
+    with openai_client(fake_llm_server) as client:
 
         def ask(_: int) -> str | None:
             completion = client.chat.completions.create(model="gpt-test", messages=_chat_messages())
@@ -615,15 +551,10 @@ def post(
     headers: dict[str, str] | None = None,
 ) -> tuple[int, str, str]:
     """POST ``body`` (JSON unless bytes); return the status, content type and body text."""
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        sent = {"Content-Type": "application/json", **(headers or {})}
-        connection.request("POST", path, body=data, headers=sent)
-        response = connection.getresponse()
-        return response.status, response.getheader("Content-Type") or "", response.read().decode()
-    finally:
-        connection.close()
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    status, content_type, answer = http_request(server.port, "POST", path, data, sent, timeout=10)
+    return status, content_type, answer.decode()
 
 
 def sse(text: str) -> list[tuple[str | None, str]]:
@@ -845,8 +776,7 @@ def test_threaded_and_stops_cleanly(idle_connection: list[socket.socket]) -> Non
     server.stop()
     assert time.monotonic() - started < 3
     assert stalled.recv(1) == b""  # closed by the server
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert_refused(port)
     server.stop()  # idempotent
     with pytest.raises(RuntimeError, match="not running"):
         _ = server.url
@@ -861,5 +791,4 @@ def test_context_manager_starts_and_stops() -> None:
         port = server.port
         with pytest.raises(RuntimeError, match="already running"):
             server.start()
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert_refused(port)

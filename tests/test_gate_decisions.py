@@ -2,20 +2,20 @@
 
 The decision branches are: compact a closed span, compact an extended span (the end moved
 forward to close a pairing break), defer to an older closed span, and refuse. Each scenario is
-written once with `Script`, which emits the same conversation as OpenAI Chat Completions
-messages, Anthropic Messages or OpenAI Responses items and records where every message landed,
-so the expected spans and message indices below are exact for each format.
+written once with `transcript_builders.Script`, which emits the same conversation as OpenAI Chat
+Completions messages, Anthropic Messages or OpenAI Responses items and records where every
+message landed, so the expected spans and message indices below are exact for each format.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_harness import run_cli
+from transcript_builders import ANTHROPIC, CHAT, Call, Message, Script, fmt_param, policy_with
 
 from otel_compaction import (
     CompactionGate,
@@ -28,151 +28,13 @@ from otel_compaction import (
     SpanError,
     Transcript,
 )
-from otel_compaction.cli import main
 from otel_compaction.policy import builtin_policy_dir
-
-Message = dict[str, Any]
-
-CHAT, ANTHROPIC, RESPONSES = "openai_chat", "anthropic_messages", "openai_responses"
-FORMATS = (CHAT, ANTHROPIC, RESPONSES)
-
-
-# --------------------------------------------------------------------------------------------
-# Transcript builders, one wire format each
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Call:
-    """A tool call to emit: id, tool name and arguments."""
-
-    id: str
-    name: str = "search"
-    arguments: Mapping[str, Any] = field(default_factory=dict)
-
-
-class Script:
-    """Writes one conversation in `fmt`. Every method returns the index of the (last) message
-    it appended; `at[call_id]` is the index of the latest message carrying that call."""
-
-    def __init__(self, fmt: str) -> None:
-        self.fmt = fmt
-        self.messages: list[Message] = []
-        self.at: dict[str, int] = {}
-
-    def _add(self, message: Message) -> int:
-        self.messages.append(message)
-        return len(self.messages) - 1
-
-    def system(self, text: str) -> int:
-        if self.fmt == RESPONSES:
-            return self._add(
-                {
-                    "type": "message",
-                    "role": "system",
-                    "content": [{"type": "input_text", "text": text}],
-                }
-            )
-        return self._add({"role": "system", "content": text})
-
-    def user(self, text: str) -> int:
-        if self.fmt == RESPONSES:
-            return self._add(
-                {
-                    "type": "message",
-                    "role": "user",
-                    "content": [{"type": "input_text", "text": text}],
-                }
-            )
-        # Anthropic allows plain string content for user turns.
-        return self._add({"role": "user", "content": text})
-
-    def say(self, text: str) -> int:
-        if self.fmt == CHAT:
-            return self._add({"role": "assistant", "content": text})
-        if self.fmt == ANTHROPIC:
-            return self._add({"role": "assistant", "content": [{"type": "text", "text": text}]})
-        return self._add(
-            {
-                "type": "message",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": text}],
-            }
-        )
-
-    def call(self, *calls: Call | str, text: str | None = None) -> int:
-        """One model response with these calls (Responses: one item per call)."""
-        made = [c if isinstance(c, Call) else Call(c) for c in calls]
-        if self.fmt == CHAT:
-            index = self._add(
-                {
-                    "role": "assistant",
-                    "content": text,
-                    "tool_calls": [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                        }
-                        for c in made
-                    ],
-                }
-            )
-            self.at.update((c.id, index) for c in made)
-            return index
-        if self.fmt == ANTHROPIC:
-            blocks: list[Message] = [{"type": "text", "text": text}] if text else []
-            blocks += [
-                {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
-                for c in made
-            ]
-            index = self._add({"role": "assistant", "content": blocks})
-            self.at.update((c.id, index) for c in made)
-            return index
-        index = self.say(text) if text else -1
-        for c in made:
-            index = self._add(
-                {
-                    "type": "function_call",
-                    "call_id": c.id,
-                    "name": c.name,
-                    "arguments": json.dumps(c.arguments),
-                }
-            )
-            self.at[c.id] = index
-        return index
-
-    def result(self, call_id: str, text: str, *, error: bool = False) -> int:
-        """The result of `call_id`; `error` sets Anthropic's `is_error` (the text says so too)."""
-        if self.fmt == CHAT:
-            return self._add({"role": "tool", "tool_call_id": call_id, "content": text})
-        if self.fmt == ANTHROPIC:
-            block: Message = {
-                "type": "tool_result",
-                "tool_use_id": call_id,
-                "content": [{"type": "text", "text": text}],
-            }
-            if error:
-                block["is_error"] = True
-            return self._add({"role": "user", "content": [block]})
-        return self._add({"type": "function_call_output", "call_id": call_id, "output": text})
 
 
 def gate(
     policy: str | Policy = "default", ledger: ObligationLedger | None = None
 ) -> CompactionGate:
     return CompactionGate(policy, ledger=ledger)
-
-
-def policy_with(base: str = "default", **overrides: Any) -> Policy:
-    """A shipped policy with top-level keys replaced (nested mappings are merged)."""
-    data = Policy.load(base).model_dump()
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
-    return Policy.model_validate(data)
 
 
 def refuse(
@@ -189,9 +51,6 @@ def rules_at(decision: Decision, severity: str) -> list[tuple[str, int | None]]:
 
 def named(decision: Decision) -> list[tuple[str, str, int | None]]:
     return [(o.kind, o.id, o.message_index) for o in decision.obligations]
-
-
-fmt_param = pytest.mark.parametrize("fmt", FORMATS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1125,11 +984,9 @@ def booking(tmp_path: Path) -> Path:
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
-    capsys.readouterr()
-    code = main(["check", *argv, "--format", "json"])
-    captured = capsys.readouterr()
-    assert captured.err == ""
-    report = json.loads(captured.out)
+    code, out, err = run_cli(capsys, "check", *argv, "--format", "json")
+    assert err == ""
+    report = json.loads(out)
     assert isinstance(report, dict)
     return code, report
 
@@ -1322,9 +1179,7 @@ def test_cli_decides_the_same_in_every_format(
 
 
 def test_cli_text_output(booking: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    capsys.readouterr()
-    code = main(["check", str(booking), "--span", "1:8", "--critical"])
-    out = capsys.readouterr().out
+    code, out, _ = run_cli(capsys, "check", str(booking), "--span", "1:8", "--critical")
     assert code == 3
     assert "closed cuts (6 of 9): 0-2, 4-5, 7" in out
     assert "decision: REFUSE" in out

@@ -7,6 +7,7 @@ import threading
 from collections import Counter
 
 import pytest
+from workers import run_in_threads
 
 from otel_compaction import LedgerSnapshot, Obligation, ObligationLedger
 from otel_compaction.ledger import DEFAULT_CONVERSATION
@@ -254,10 +255,7 @@ def test_a_failing_listener_does_not_break_the_ledger() -> None:
 THREADS, ROUNDS = 8, 500
 
 
-def _hammer(
-    ledger: ObligationLedger, barrier: threading.Barrier, worker: int, shared: bool
-) -> None:
-    barrier.wait()
+def _hammer(ledger: ObligationLedger, worker: int, shared: bool) -> None:
     for round_ in range(ROUNDS):
         call_id = "shared" if shared else f"w{worker}-{round_}"
         ledger.open("conv", "tool_call", call_id, name=f"tool{worker}")
@@ -275,21 +273,7 @@ def test_threads_open_and_resolve_leave_nothing_open(shared: bool) -> None:
             changes["open" if old is None else "resolve"] += 1
 
     ledger = ObligationLedger(on_change=on_change)
-    barrier = threading.Barrier(THREADS)
-    errors: list[BaseException] = []
-
-    def run(worker: int) -> None:
-        try:
-            _hammer(ledger, barrier, worker, shared)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(w,)) for w in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert errors == []
+    run_in_threads(lambda worker: _hammer(ledger, worker, shared), THREADS)
 
     assert ledger.open_obligations("conv") == ()
     records = ledger.snapshot("conv").obligations

@@ -15,9 +15,9 @@ The tests skip when ``openai`` or ``anthropic`` cannot be imported, and fail ins
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
-import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,72 +32,33 @@ from fake_llm_server import (  # noqa: F401 - the fixture import registers the f
     ToolCall,
     fake_llm_server_fixture,
 )
+from llm_clients import (  # noqa: F401 - sdks_fixture registers the fixture
+    API_KEY,
+    anthropic_client,
+    openai_client,
+    sdks_fixture,
+)
 
 from otel_compaction import Archive, GuardedCompactor, ModelSummarizer, SummaryRequest
 from otel_compaction.analysis import Negative
 from otel_compaction.rules import ObligationRef
 
-try:
+with contextlib.suppress(ImportError):  # every test skips (or fails under CI) without them
     import anthropic
     import openai
-except ImportError as missing:  # every test skips (or fails under CI), see require_sdks
-    SDK_IMPORT_ERROR: ImportError | None = missing
-else:
-    SDK_IMPORT_ERROR = None
+
+pytestmark = pytest.mark.usefixtures("sdks")
 
 Provider = Literal["openai", "anthropic"]
 PROVIDERS: tuple[Provider, ...] = ("openai", "anthropic")
 API_OF: dict[Provider, Api] = {"openai": "chat", "anthropic": "messages"}
 MODEL_OF: dict[Provider, str] = {"openai": "gpt-summary-test", "anthropic": "claude-summary-test"}
-API_KEY = "test-key-not-secret"
-
-
-def running_in_ci() -> bool:
-    """True when the ``CI`` environment variable is ``true``."""
-    return os.environ.get("CI", "").strip().lower() == "true"
-
-
-def require_sdks() -> None:
-    """Skip when the openai or anthropic SDK is missing; fail instead under ``CI=true``.
-
-    ``pytest.importorskip`` would skip under CI too, hiding the missing dependency.
-    """
-    if SDK_IMPORT_ERROR is None:
-        return
-    reason = (
-        f"the real openai and anthropic SDKs are needed ({SDK_IMPORT_ERROR}); "
-        "install them with: pip install 'openai>=1.66' 'anthropic>=0.40'"
-    )
-    if running_in_ci():
-        pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(autouse=True)
-def _sdks() -> None:
-    """Every test here needs the SDKs."""
-    require_sdks()
 
 
 @pytest.fixture(name="clients")
 def clients_fixture(fake_llm_server: FakeLLMServer) -> Iterator[dict[Provider, Any]]:
     """Real sync clients of both providers pointed at the fake server, closed after the test."""
-    with (
-        openai.OpenAI(
-            base_url=fake_llm_server.openai_base_url,
-            api_key=API_KEY,
-            max_retries=0,
-            timeout=10,
-            _strict_response_validation=True,
-        ) as gpt,
-        anthropic.Anthropic(
-            base_url=fake_llm_server.anthropic_base_url,
-            api_key=API_KEY,
-            max_retries=0,
-            timeout=10,
-            _strict_response_validation=True,
-        ) as claude,
-    ):
+    with openai_client(fake_llm_server) as gpt, anthropic_client(fake_llm_server) as claude:
         yield {"openai": gpt, "anthropic": claude}
 
 

@@ -17,35 +17,19 @@ from otlp_receiver import (  # noqa: F401 - the fixture import registers the fix
     SpanEvent,
     otlp_receiver_fixture,
 )
-from telemetry_harness import assistant, calls, result, user
+from telemetry_harness import FLIGHT_MESSAGES, set_otlp_environment
 
 from otel_compaction import __version__, configure, conversation
 
-MESSAGES = [
-    user("book a flight to Oslo"),
-    calls(("c1", "search")),
-    result("c1", "no flights found on Friday"),
-    assistant("None on Friday; I found 2 on Saturday."),
-    calls(("c2", "book")),
-    result("c2", "booked ZFA04Y"),
-    assistant("Booked ZFA04Y."),
-    calls(("c3", "pay", '{"booking": "ZFA04Y"}')),
-]
 PROTOCOLS = {"http": "http/protobuf", "grpc": "grpc"}
 
 
 def _configure_from_environment(
     monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver, transport: str
 ) -> Any:
-    for name in ("OTEL_TRACES_SAMPLER", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_HEADERS"):
-        monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
     endpoint = receiver.endpoint_http if transport == "http" else receiver.endpoint_grpc
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", PROTOCOLS[transport])
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+    set_otlp_environment(monkeypatch, protocol=PROTOCOLS[transport], endpoint=endpoint, timeout="5")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "600000")  # only the final flush
     monkeypatch.setenv("OTEL_SERVICE_NAME", "travel-agent")
     return configure(agent_name="planner", set_global=False)
@@ -91,10 +75,10 @@ def test_links_decision_events_and_metrics_arrive_intact(
         recorder.call("pay", "t3").abandon("user cancelled")
         recorder.call("notify", "t4")  # still open at export time
     decisions = [
-        gate.evaluate(MESSAGES, 0, 2, conversation_id="conv-gate").action,
-        gate.evaluate(MESSAGES, 4, 8, conversation_id="conv-gate").action,
+        gate.evaluate(FLIGHT_MESSAGES, 0, 2, conversation_id="conv-gate").action,
+        gate.evaluate(FLIGHT_MESSAGES, 4, 8, conversation_id="conv-gate").action,
         gate.evaluate(
-            MESSAGES, 4, 8, critical=True, conversation_id="conv-gate", raise_on_refuse=False
+            FLIGHT_MESSAGES, 4, 8, critical=True, conversation_id="conv-gate", raise_on_refuse=False
         ).action,
     ]
     assert decisions == ["compact", "defer", "refuse"]

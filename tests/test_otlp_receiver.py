@@ -6,15 +6,14 @@ assert that what the SDK sent arrives decoded with exactly the values it was giv
 
 from __future__ import annotations
 
-import http.client
 import os
-import socket
 import time
 from collections.abc import Iterator
 from typing import Literal
 
 import grpc  # type: ignore[import-untyped]
 import pytest
+from loopback import assert_refused, http_request
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
     OTLPLogExporter as GrpcLogExporter,
@@ -43,6 +42,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, format_span_id, format_trace_id
+from opentelemetry.util.types import AttributeValue
 from otlp_receiver import (  # noqa: F401 - the *_fixture imports register pytest fixtures
     OtlpReceiver,
     SpanEvent,
@@ -118,6 +118,16 @@ def export_one_span(provider: TracerProvider, exporter: SpanExporter, name: str)
 # Traces
 # --------------------------------------------------------------------------
 
+TOOL_ATTRIBUTES: dict[str, AttributeValue] = {
+    "gen_ai.tool.name": "search",
+    "retries": 3,
+    "score": 0.25,
+    "cached": False,
+    "tags": ["a", "b"],
+    "sizes": [1, 2, 3],
+}
+"""Span attributes of every type, sent and expected back exactly (arrays as lists)."""
+
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_span_with_attributes_event_and_link_arrives_intact(
@@ -132,14 +142,7 @@ def test_span_with_attributes_event_and_link_arrives_intact(
         tracer.start_as_current_span(
             "tool.call",
             kind=SpanKind.CLIENT,
-            attributes={
-                "gen_ai.tool.name": "search",
-                "retries": 3,
-                "score": 0.25,
-                "cached": False,
-                "tags": ["a", "b"],
-                "sizes": [1, 2, 3],
-            },
+            attributes=TOOL_ATTRIBUTES,
             links=[Link(earlier.get_span_context(), {"link.reason": "follows"})],
         ) as child,
     ):
@@ -153,14 +156,7 @@ def test_span_with_attributes_event_and_link_arrives_intact(
     assert span.trace_id == format_trace_id(child_context.trace_id)
     assert span.span_id == format_span_id(child_context.span_id)
     assert span.parent_span_id == format_span_id(parent_context.span_id)
-    assert span.attributes == {
-        "gen_ai.tool.name": "search",
-        "retries": 3,
-        "score": 0.25,
-        "cached": False,
-        "tags": ["a", "b"],
-        "sizes": [1, 2, 3],
-    }
+    assert span.attributes == TOOL_ATTRIBUTES
     assert [(e.name, e.attributes) for e in span.events] == [
         ("tool.result", {"ok": True, "items": 7})
     ]
@@ -333,13 +329,9 @@ def _post(
     receiver: OtlpReceiver, path: str, body: bytes, content_type: str, method: str = "POST"
 ) -> tuple[int, bytes]:
     """Send one raw request to the receiver's HTTP server; return status and body."""
-    connection = http.client.HTTPConnection("127.0.0.1", receiver.http_port, timeout=5)
-    try:
-        connection.request(method, path, body=body, headers={"Content-Type": content_type})
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+    headers = {"Content-Type": content_type}
+    status, _, data = http_request(receiver.http_port, method, path, body, headers, timeout=5)
+    return status, data
 
 
 def test_http_rejects_what_it_cannot_decode(otlp_http_receiver: OtlpReceiver) -> None:
@@ -370,5 +362,4 @@ def test_stop_is_prompt_idempotent_and_frees_the_ports() -> None:
     receiver.stop()
     assert time.monotonic() - started < 2
     for port in (http_port, grpc_port):
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        assert_refused(port)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_harness import run_cli, write_file
 
 from otel_compaction import (
     CompactionGate,
@@ -16,7 +17,6 @@ from otel_compaction import (
     Policy,
     PolicyError,
 )
-from otel_compaction.cli import main
 from otel_compaction.policy import BUILTIN_POLICIES, RULE_NAMES, builtin_policy_dir
 
 OBLIGATION_RULES = (
@@ -162,9 +162,7 @@ def test_policies_decide_differently_on_the_same_span() -> None:
 
 
 def write(tmp_path: Path, text: str, name: str = "policy.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_file(tmp_path, name, text)
 
 
 def load_error(path: Path) -> str:
@@ -258,10 +256,7 @@ def test_empty_policy_file_is_all_defaults(tmp_path: Path) -> None:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main(["policy", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(capsys, "policy", *argv)
 
 
 @pytest.mark.parametrize("name", BUILTIN_POLICIES)
@@ -320,11 +315,9 @@ def test_check_with_a_broken_policy_file_exits_2(
 ) -> None:
     transcript = write(tmp_path, json.dumps(MESSAGES), "t.json")
     bad = write(tmp_path, "protected_head:\n  messages: -2\n", "bad.yaml")
-    capsys.readouterr()
-    code = main(["check", str(transcript), "--policy", str(bad)])
-    captured = capsys.readouterr()
-    assert (code, captured.out) == (2, "")
-    assert captured.err.splitlines() == [
+    code, out, err = run_cli(capsys, "check", str(transcript), "--policy", str(bad))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
         f"otel-compaction: error: {bad}: protected_head.messages: "
         "Input should be greater than or equal to 0"
     ]

@@ -22,30 +22,17 @@ from opentelemetry.sdk.trace.sampling import (
 )
 from opentelemetry.trace import SpanKind
 from telemetry_harness import (
+    FLIGHT_MESSAGES,
     Pipeline,
-    assistant,
-    calls,
     histogram_counts,
     ledger_rows,
     make_pipeline,
     number_points,
-    result,
-    user,
 )
 
 from otel_compaction import ObligationSampler, conversation
 from otel_compaction import semconv as sc
 
-MESSAGES = [
-    user("book a flight to Oslo"),
-    calls(("c1", "search")),
-    result("c1", "no flights found on Friday"),
-    assistant("None on Friday; I found 2 on Saturday."),
-    calls(("c2", "book")),
-    result("c2", "booked ZFA04Y"),
-    assistant("Booked ZFA04Y."),
-    calls(("c3", "pay", '{"booking": "ZFA04Y"}')),
-]
 REQUESTS: list[tuple[int, int, bool]] = [(0, 4, False), (0, 2, False), (4, 8, False), (4, 8, True)]
 CONVERSATION = "conv-sampled"
 
@@ -82,7 +69,7 @@ def _agent_run(pipeline: Pipeline, *, foreign: bool) -> dict[str, Any]:
         chain = recorder.retry_chain("refresh", "retry_1")
         chain.attempt_failed("rate_limited")
         decisions = [
-            gate.evaluate(MESSAGES, s, e, critical=c, raise_on_refuse=False).to_dict()
+            gate.evaluate(FLIGHT_MESSAGES, s, e, critical=c, raise_on_refuse=False).to_dict()
             for s, e, c in REQUESTS
         ]
     metrics = pipeline.metrics()
