@@ -193,6 +193,7 @@ class GuardedCompactor:
         conversation_id: str | None = None,
         critical: bool | None = None,
         force: bool = False,
+        end: int | None = None,
     ) -> CompactionResult:
         """Compact the oldest span the gate allows; return the new transcript.
 
@@ -201,6 +202,8 @@ class GuardedCompactor:
             conversation_id: whose ledger to cross-check (else the current scope).
             critical: the budget is critical; by default, usage above the critical fraction.
             force: compact even below the trigger.
+            end: request the span from the protected head up to this cut (a framework's own
+                planned cut) instead of the one that brings usage to the policy's target.
 
         Raises:
             CompactionRefused: the gate refused (as `OpenObligationError` or
@@ -219,11 +222,17 @@ class GuardedCompactor:
         if critical is None:
             critical = before >= thresholds.critical * self.budget
         analysis = self.gate.analyse(original, conversation_id=conversation_id)
-        span = self._pick_span(per_message, analysis.head, before)
+        if end is None:
+            span = self._pick_span(per_message, analysis.head, before)
+        elif not 0 <= end <= len(original):
+            raise ValueError(f"end must be a cut of the transcript (0..{len(original)}), got {end}")
+        else:
+            span = (analysis.head, end) if end > analysis.head else None
         if span is None:
             return CompactionResult(
                 original, False, tokens_before=before, tokens_after=before,
-                reason="nothing between the protected head and the kept recent messages",
+                reason="nothing between the protected head and "
+                + ("the kept recent messages" if end is None else "the requested end"),
             )  # fmt: skip
         decision = self._evaluate(analysis, span, critical, conversation_id)
         # The gate may extend the span to close a pairing break, but the last `keep_recent`

@@ -17,7 +17,7 @@ from opentelemetry import context as otel_context
 
 from otel_compaction.semconv import GEN_AI_CONVERSATION_ID
 
-__all__ = ["conversation", "current_conversation_id"]
+__all__ = ["conversation", "current_conversation_id", "scoped_conversation_id"]
 
 _CONVERSATION: ContextVar[str | None] = ContextVar("otel_compaction_conversation", default=None)
 
@@ -47,3 +47,8 @@ def current_conversation_id() -> str | None:
         return explicit
     value = baggage.get_baggage(GEN_AI_CONVERSATION_ID)
     return str(value) if value is not None else None
+
+
+def scoped_conversation_id() -> str | None:
+    """The innermost `conversation` scope of the current context, ignoring the baggage."""
+    return _CONVERSATION.get()

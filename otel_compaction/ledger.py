@@ -250,14 +250,17 @@ class ObligationLedger:
     def open_obligations(self, conversation_id: str | None = None) -> tuple[Obligation, ...]:
         """Open obligations of one conversation, or of all when `conversation_id` is None."""
         with self._lock:
-            if conversation_id is None:
-                conversations = list(self._conversations.values())
-            else:
+            if conversation_id is not None:
                 found = self._conversations.get(conversation_id)
-                conversations = [found] if found else []
+                if found is None:
+                    return ()
+                # From the index of open records: as costly as the open obligations, not as
+                # the conversation's whole history (auto-instrumentation asks on every request).
+                sequences = sorted(s for waiting in found.open_by_id.values() for s in waiting)
+                return tuple(found.records[s] for s in sequences)
             return tuple(
                 record
-                for conversation in conversations
+                for conversation in self._conversations.values()
                 for record in conversation.records.values()
                 if record.is_open
             )

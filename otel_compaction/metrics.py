@@ -1,5 +1,5 @@
 """The instruments: open obligations, their age, decisions, deferral pressure, severed and
-duplicate calls, ledger overflow, and the semantic-convention tool duration.
+duplicate calls, orphaned results, ledger overflow, and the semantic-convention tool duration.
 
 `CompactionMetrics.watch` subscribes the instruments to a ledger, so every way an obligation
 is opened or resolved (recorder, span processor, auto-instrumentation) is counted once, where
@@ -68,6 +68,11 @@ class CompactionMetrics:
             semconv.METRIC_SEVERED,
             unit="{obligation}",
             description="Obligations whose call and resolution were separated in the transcript.",
+        )
+        self.orphaned_results = meter.create_counter(
+            semconv.METRIC_ORPHANED,
+            unit="{result}",
+            description="Tool results sent to the model whose call is no longer in the transcript.",
         )
         self.ledger_overflow = meter.create_counter(
             semconv.METRIC_LEDGER_OVERFLOW,

@@ -21,10 +21,16 @@ GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
 ERROR_TYPE: Final = "error.type"
 
 EXECUTE_TOOL: Final = "execute_tool"
 """``gen_ai.operation.name`` of a tool execution; tool-call spans are ``execute_tool {tool}``."""
+
+CHAT: Final = "chat"
+"""``gen_ai.operation.name`` of a model request (Chat Completions, Responses, Messages)."""
 
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -78,6 +84,37 @@ METRIC_DUPLICATE_CALLS: Final = "compaction.tool_calls.duplicate"
 METRIC_SEVERED: Final = "compaction.obligations.severed"
 METRIC_LEDGER_OVERFLOW: Final = "compaction.ledger.overflow"
 METRIC_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
+
+# -- auto-instrumentation: model requests and passive detection ---------------------------------
+MODEL_REQUEST_SPAN: Final = "compaction.model_request"
+"""One span per instrumented model request; tool-call spans link to the request that emitted
+them, result spans are children of the request that carried them."""
+REQUEST_API: Final = "compaction.request.api"
+"""Which API was called: ``chat.completions``, ``responses`` or ``messages``."""
+REQUEST_STREAM: Final = "compaction.request.stream"
+REQUEST_RESOLVED: Final = "compaction.request.resolved"
+"""How many open tool calls the request's tool results resolved."""
+RESPONSE_TOOL_CALLS: Final = "compaction.response.tool_calls"
+"""How many tool calls the model emitted in its response."""
+CONVERSATION_SOURCE: Final = "compaction.conversation.source"
+"""Where ``gen_ai.conversation.id`` came from: ``explicit``, ``baggage``, ``provider``,
+``continued`` or ``derived``."""
+MESSAGE_INDEX: Final = "compaction.message.index"
+DUPLICATE_OF: Final = "compaction.tool_call.duplicate_of"
+"""The id of the earlier, resolved call that a duplicate repeats."""
+
+EVENT_SEVERED: Final = "compaction.obligation.severed"
+"""A request no longer carries the call of an open obligation (compaction cut it)."""
+EVENT_ORPHANED: Final = "compaction.tool_result.orphaned"
+"""A request carries a tool result whose call is gone."""
+EVENT_DUPLICATE: Final = "compaction.tool_call.duplicate"
+"""The model emitted a call identical (tool and arguments) to one already resolved."""
+
+METRIC_ORPHANED: Final = "compaction.tool_results.orphaned"
+
+POLICY_ENV: Final = "OTEL_COMPACTION_POLICY"
+DETECTION_ENV: Final = "OTEL_COMPACTION_DETECTION"
+AGENT_NAME_ENV: Final = "OTEL_COMPACTION_AGENT_NAME"
 
 # -- compaction applied -----------------------------------------------------------------------
 APPLY_SPAN: Final = "compaction.apply"

@@ -8,12 +8,17 @@ OTLP as the ``OTEL_*`` variables say (``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_E
 ``OTEL_EXPORTER_OTLP_PROTOCOL``, ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_TRACES_SAMPLER``...),
 with the obligation sampler around the configured sampler. Exporters being down changes
 nothing in decisions: the gate and the ledger depend on no backend.
+
+For users without a Collector, ``configure(prometheus_port=...)`` (or
+``OTEL_COMPACTION_PROMETHEUS_PORT``) also serves the metrics for Prometheus to scrape, on
+``127.0.0.1`` unless a host is given; it needs the ``prometheus`` extra and is off by default.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -157,6 +162,9 @@ def _held_tokens(analysis: Analysis, decision: Decision) -> int:
 class Telemetry:
     """The configured pieces: ledger, recorder, metrics and a gate factory that records."""
 
+    prometheus_address: tuple[str, int] | None = None
+    """``(host, port)`` of the Prometheus scrape endpoint `configure` started, else None."""
+
     def __init__(
         self,
         *,
@@ -214,6 +222,8 @@ def configure(
     capture_content: bool | None = None,
     agent_name: str | None = None,
     set_global: bool = True,
+    prometheus_port: int | None = None,
+    prometheus_host: str | None = None,
 ) -> Telemetry:
     """Wire otel-compaction into the application's OpenTelemetry setup.
 
@@ -221,6 +231,18 @@ def configure(
     (the ledger's span processor is added to an SDK tracer provider). When none exist, providers
     are created from the standard ``OTEL_*`` environment variables and, with `set_global`,
     installed globally.
+
+    `prometheus_port` (default: ``OTEL_COMPACTION_PROMETHEUS_PORT``, else off) adds a
+    Prometheus scrape endpoint, ``http://HOST:PORT/metrics``, to the meter provider created
+    here: `prometheus_host` (default: ``OTEL_COMPACTION_PROMETHEUS_HOST``, else ``127.0.0.1``)
+    is the address it binds; port 0 picks a free port, read back from
+    `Telemetry.prometheus_address`. It needs ``opentelemetry-exporter-prometheus`` (the
+    ``prometheus`` extra). An application that brings its own meter provider adds a
+    ``PrometheusMetricReader`` to it instead. When the endpoint cannot start (the port is
+    taken, the extra is missing), the failure is logged and the rest works as configured.
+
+    Raises:
+        ValueError: `prometheus_port` is not a port number.
 
     Example:
         >>> telemetry = configure(set_global=False)  # doctest: +SKIP
@@ -235,14 +257,24 @@ def configure(
         if set_global:
             trace.set_tracer_provider(tracer_provider)
     meter_provider = meter_provider or _installed_meter_provider()
+    port = _prometheus_port(prometheus_port)
+    prometheus: _PrometheusEndpoint | None = None
     if meter_provider is None:
-        meter_provider = _meter_provider_from_env()
+        if port is not None:
+            prometheus = _PrometheusEndpoint.start(port, _prometheus_host(prometheus_host))
+        extra = [prometheus.reader] if prometheus is not None else []
+        meter_provider = _meter_provider_from_env(extra)
         owns_meter = True
         if set_global:
             metrics.set_meter_provider(meter_provider)
+    elif port is not None:
+        _log.warning(
+            "otel-compaction: the application's meter provider is used as it is, so no "
+            "Prometheus endpoint was started; add a PrometheusMetricReader to that provider"
+        )
     if isinstance(tracer_provider, SdkTracerProvider):
         _attach_ledger(tracer_provider, ledger)
-    return Telemetry(
+    telemetry = Telemetry(
         ledger=ledger,
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
@@ -251,6 +283,90 @@ def configure(
         capture_content=capture_content,
         agent_name=agent_name,
     )
+    if prometheus is not None:
+        telemetry.prometheus_address = prometheus.address
+        telemetry._owned.append(prometheus)  # stopped after the meter provider
+    return telemetry
+
+
+PROMETHEUS_PORT_ENV = "OTEL_COMPACTION_PROMETHEUS_PORT"
+"""Port of the optional Prometheus scrape endpoint; unset or empty: no endpoint."""
+PROMETHEUS_HOST_ENV = "OTEL_COMPACTION_PROMETHEUS_HOST"
+"""Address the optional Prometheus scrape endpoint binds; ``127.0.0.1`` when unset."""
+_DEFAULT_PROMETHEUS_HOST = "127.0.0.1"
+
+
+def _prometheus_port(explicit: int | None) -> int | None:
+    if explicit is not None:
+        if not 0 <= explicit <= 65535:
+            raise ValueError(f"prometheus_port must be 0..65535, not {explicit}")
+        return explicit
+    value = os.environ.get(PROMETHEUS_PORT_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        _log.warning(
+            "otel-compaction: %s=%r is not a port; no endpoint", PROMETHEUS_PORT_ENV, value
+        )
+        return None
+    return port
+
+
+def _prometheus_host(explicit: str | None) -> str:
+    return explicit or os.environ.get(PROMETHEUS_HOST_ENV, "").strip() or _DEFAULT_PROMETHEUS_HOST
+
+
+class _PrometheusEndpoint:
+    """A ``PrometheusMetricReader`` and the HTTP server that serves it, on its own registry
+    (so that two configurations in one process never mix their metrics)."""
+
+    def __init__(self, reader: MetricReader, server: Any, thread: threading.Thread) -> None:
+        self.reader = reader
+        self._server = server
+        self._thread = thread
+
+    @classmethod
+    def start(cls, port: int, host: str) -> _PrometheusEndpoint | None:
+        """Start serving on ``host:port``; None (logged) when that is not possible."""
+        try:
+            from opentelemetry.exporter.prometheus import PrometheusMetricReader
+            from prometheus_client import CollectorRegistry, start_http_server
+        except ImportError:
+            _log.error(
+                "otel-compaction: a Prometheus endpoint needs opentelemetry-exporter-prometheus "
+                "(pip install 'otel-compaction[prometheus]'); no endpoint started"
+            )
+            return None
+        registry = CollectorRegistry()
+        try:
+            reader = PrometheusMetricReader(registry=registry)
+        except TypeError:  # releases before the registry keyword: the global registry
+            from prometheus_client import REGISTRY
+
+            registry = REGISTRY
+            reader = PrometheusMetricReader()
+        try:
+            server, thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as exc:
+            _log.error("otel-compaction: Prometheus endpoint on %s:%s failed: %s", host, port, exc)
+            return None
+        return cls(reader, server, thread)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound ``(host, port)``."""
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def shutdown(self) -> None:
+        """Stop serving and release the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
 
 
 # Providers already feeding a ledger, so configuring twice never counts a span twice.
@@ -314,8 +430,8 @@ def _tracer_provider_from_env() -> SdkTracerProvider:
     return provider
 
 
-def _meter_provider_from_env() -> SdkMeterProvider:
-    readers: list[MetricReader] = []
+def _meter_provider_from_env(extra: list[MetricReader] | None = None) -> SdkMeterProvider:
+    readers: list[MetricReader] = list(extra or ())
     for name in _exporter_names("OTEL_METRICS_EXPORTER"):
         if name == "otlp":
             if _http():

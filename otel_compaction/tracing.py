@@ -256,14 +256,22 @@ class ToolCallRecorder:
         arguments: Any = None,
         tool_type: str = "function",
         conversation_id: str | None = None,
+        links: Sequence[Link] = (),
+        context: Context | None = None,
     ) -> ToolCallHandle:
-        """The model emitted a call: open the obligation and start its ``execute_tool`` span."""
+        """The model emitted a call: open the obligation and start its ``execute_tool`` span.
+
+        `links` go on the call span (auto-instrumentation links it to the model request that
+        emitted it); `context` is its parent context (the current one when None).
+        """
         conversation = conversation_id or current_conversation_id()
         call_id = call_id or f"call_{next(self._ids)}"
         # The ledger first: whatever happens to telemetry, the obligation is known.
         self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
         try:
-            span = self._start_call_span(tool_name, call_id, tool_type, conversation, arguments)
+            span = self._start_call_span(
+                tool_name, call_id, tool_type, conversation, arguments, links, context
+            )
         except Exception:
             _log.exception("otel-compaction: starting a tool-call span failed")
             span = trace.INVALID_SPAN
@@ -437,6 +445,8 @@ class ToolCallRecorder:
         tool_type: str,
         conversation: str | None,
         arguments: Any,
+        links: Sequence[Link] = (),
+        context: Context | None = None,
     ) -> Span:
         attributes: dict[str, Any] = {
             semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
@@ -451,7 +461,11 @@ class ToolCallRecorder:
         if arguments is not None and self.capture_content:
             attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _content(arguments)
         return self._tracer.start_span(
-            f"{semconv.EXECUTE_TOOL} {tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
+            f"{semconv.EXECUTE_TOOL} {tool_name}",
+            context=context,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=links or None,
         )
 
     def _finish_call(

@@ -370,18 +370,20 @@ class _Parser:
 
     def _blocks(self, entry: Entry, blocks: list[Any], prose: list[str]) -> None:
         for position, block in enumerate(blocks):
-            if isinstance(block, str):
-                prose.append(block)
-                continue
-            if not isinstance(block, Mapping):
-                raise TranscriptError(
-                    f"content[{position}] must be an object or a string, "
-                    f"got {type(block).__name__}",
-                    message_index=entry.index,
-                )
+            if type(block) is not dict:  # a plain dict skips the slower checks (hot path)
+                if isinstance(block, str):
+                    prose.append(block)
+                    continue
+                if not isinstance(block, Mapping):
+                    raise TranscriptError(
+                        f"content[{position}] must be an object or a string, "
+                        f"got {type(block).__name__}",
+                        message_index=entry.index,
+                    )
             kind = block.get("type")
             if kind in _TEXT_PARTS:
-                prose.append(_text([block]))
+                value = block.get("text", block.get("refusal", ""))  # as _text([block]) reads it
+                prose.append(value if isinstance(value, str) else _dump(value))
                 if kind in ("input_text", "output_text") and entry.format == PLAIN:
                     entry.format = OPENAI_RESPONSES
             elif isinstance(kind, str) and kind.endswith("tool_use"):

@@ -1,0 +1,259 @@
+"""Cost of auto-instrumentation: an instrumented model request as a ratio to an uninstrumented
+one, both measured in this run against the loopback fake LLM server of the tests.
+
+What it measures: one agent turn through the real SDK client (``openai`` Chat Completions,
+JSON and streamed; Responses; ``anthropic`` Messages, JSON and streamed) with a 30-message
+transcript (a system instruction, user and assistant text, tool calls with JSON arguments and
+their results). Two kinds of turn:
+
+* text: the model answers with text. The instrumented request reads and parses the transcript,
+  works out its conversation, runs the detection checks, and records its request span.
+* tool: the model answers with a tool call, and each request carries the result of the call
+  the previous answer emitted. On top of the text turn's work, every request resolves one
+  obligation (ending the call span, a linked result span, two histogram records) and opens
+  one (a call span linked to the request span).
+
+The telemetry goes to SDK providers configured as in production: a batch span processor (with
+an exporter that discards) and a meter provider with a reader. Rounds alternate uninstrumented
+and instrumented batches on the same client and connection; each figure is the best (minimum)
+mean over the rounds, and only ratios between numbers of one run are judged. The fake server
+runs in this process, so its work is in both figures; a real provider's latency (hundreds of
+milliseconds) would make every ratio close to 1. Aim: within 1.1x. The exit status is 0
+whatever the result: this is a report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+from _report import each_round, keep_best, verdict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import fake_llm_server  # the tests' loopback fake of the providers
+from fake_llm_server import FakeLLMServer, ToolCall
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from otel_compaction import Telemetry, configure
+from otel_compaction.instrumentation import CompactionInstrumentor
+
+RATIO_AIM = 1.1
+MODEL = "model-bench"
+SYSTEM = "You operate the service fleet. Verify every change before reporting it."
+TURNS = 7  # tool call/result pairs before the request: 2 + 4 * 7 = 30 messages
+APIS = {
+    "chat.completions": ("chat", False),
+    "chat.completions stream": ("chat", True),
+    "responses": ("responses", False),
+    "messages": ("messages", False),
+    "messages stream": ("messages", True),
+}
+CASES = {
+    f"{turn} turn, {name}": (api, stream, turn == "tool")
+    for turn in ("text", "tool")
+    for name, (api, stream) in APIS.items()
+}
+
+
+class _Discard(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        """Nothing to release."""
+
+
+def _arguments(n: int) -> dict[str, Any]:
+    return {"service": f"svc-{n % 5}", "region": "eu-north-1", "dry_run": False, "step": n}
+
+
+def _result(arguments: dict[str, Any]) -> str:
+    return json.dumps({"status": "ok", "changed": 3, "service": arguments["service"]})
+
+
+class _Workload:
+    """One API's requests: the transcript of turn `n` and the answer scripted for it. A tool
+    turn answers with the next call (so the next request resolves it); a text turn answers
+    with text, and its transcript holds only calls already answered."""
+
+    def __init__(self, server: FakeLLMServer, api: str, stream: bool, tools: bool) -> None:
+        self.server, self.api, self.stream, self.tools = server, api, stream, tools
+        self.prefix = ("toolu" if api == "messages" else "call") + ("" if tools else "_done")
+
+    def call_id(self, n: int) -> str:
+        return f"{self.prefix}_{n}"
+
+    def history(self, n: int) -> list[Any]:
+        """User text, then TURNS call/result pairs (with assistant text) ending at call n-1."""
+        items: list[Any] = [{"role": "user", "content": "Roll the config change out to svc-0..4."}]
+        for k in range(n - TURNS, n):
+            items += self._pair(k)
+        return items
+
+    def _pair(self, k: int) -> list[Any]:
+        call_id, arguments = self.call_id(k), _arguments(k)
+        text = f"Applying step {k}."
+        if self.api == "chat":
+            function = {"name": "apply_config", "arguments": json.dumps(arguments)}
+            call = {"id": call_id, "type": "function", "function": function}
+            return [
+                {"role": "assistant", "content": text, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call_id, "content": _result(arguments)},
+            ]
+        if self.api == "responses":
+            item = {"type": "function_call", "call_id": call_id, "name": "apply_config"}
+            return [
+                {"role": "assistant", "content": text},
+                {**item, "arguments": json.dumps(arguments)},
+                {"type": "function_call_output", "call_id": call_id, "output": _result(arguments)},
+            ]
+        use = {"type": "tool_use", "id": call_id, "name": "apply_config", "input": arguments}
+        result = {"type": "tool_result", "tool_use_id": call_id, "content": _result(arguments)}
+        return [
+            {"role": "assistant", "content": [{"type": "text", "text": text}, use]},
+            {"role": "user", "content": [result]},
+        ]
+
+    def script(self, turns: range) -> None:
+        for n in turns:
+            calls = [ToolCall("apply_config", _arguments(n), id=self.call_id(n))]
+            self.server.enqueue(self.api, "Next step.", tool_calls=calls if self.tools else ())  # type: ignore[arg-type]
+
+    def request(self, client: Any, n: int) -> None:
+        history = self.history(n)
+        if self.api == "chat":
+            messages = [{"role": "system", "content": SYSTEM}, *history]
+            if not self.stream:
+                client.chat.completions.create(model=MODEL, messages=messages)
+                return
+            with client.chat.completions.create(model=MODEL, messages=messages, stream=True) as s:
+                for _ in s:
+                    pass
+        elif self.api == "responses":
+            client.responses.create(model=MODEL, instructions=SYSTEM, input=history)
+        elif not self.stream:
+            client.messages.create(model=MODEL, max_tokens=256, system=SYSTEM, messages=history)
+        else:
+            with client.messages.create(
+                model=MODEL, max_tokens=256, system=SYSTEM, messages=history, stream=True
+            ) as events:
+                for _ in events:
+                    pass
+
+
+def _client(server: FakeLLMServer, api: str) -> Any:
+    options: dict[str, Any] = {"api_key": "bench", "max_retries": 0, "timeout": 30}
+    if api == "messages":
+        import anthropic
+
+        return anthropic.Anthropic(base_url=server.anthropic_base_url, **options)
+    import openai
+
+    return openai.OpenAI(base_url=server.openai_base_url, **options)
+
+
+def _batch(workload: _Workload, client: Any, turns: range) -> float:
+    """Seconds per request over `turns`."""
+    workload.script(turns)
+    gc.collect()
+    start = perf_counter()
+    for n in turns:
+        workload.request(client, n)
+    return (perf_counter() - start) / len(turns)
+
+
+def _measure(telemetry: Telemetry, rounds: int, per_batch: int) -> dict[str, float]:
+    """The best seconds per request of every case, plain and instrumented."""
+    instrumentor = CompactionInstrumentor()
+    best: dict[str, float] = {}
+    # The fake server writes headers and body separately; without TCP_NODELAY, Nagle's
+    # algorithm and delayed acknowledgements add ~40 ms to a request and swamp the comparison.
+    fake_llm_server._Handler.disable_nagle_algorithm = True
+    with FakeLLMServer() as server:
+        clients = {api: _client(server, api) for api in ("chat", "responses", "messages")}
+        workloads = {name: _Workload(server, *case) for name, case in CASES.items()}
+        turn = TURNS
+        for workload in workloads.values():  # warm up: connections, imports, caches
+            _batch(workload, clients[workload.api], range(turn, turn + 5))
+            turn += 5
+        for _ in each_round(rounds):
+            for name, workload in workloads.items():
+                client = clients[workload.api]
+                plain = _batch(workload, client, range(turn, turn + per_batch))
+                keep_best(best, f"{name} plain", plain)
+                turn += per_batch
+                instrumentor.instrument(telemetry=telemetry)
+                try:
+                    instrumented = _batch(workload, client, range(turn, turn + per_batch))
+                finally:
+                    instrumentor.uninstrument()
+                keep_best(best, f"{name} instrumented", instrumented)
+                turn += per_batch
+        for client in clients.values():
+            client.close()
+    return best
+
+
+def _report(best: dict[str, float], rounds: int, per_batch: int) -> None:
+    print()
+    print(
+        "One agent turn (30-message transcript) through the real SDK client, "
+        f"best mean of {rounds} rounds of {per_batch} requests"
+    )
+    print("plain = not instrumented; the fake server runs in this process (in both figures)")
+    print()
+    header = f"{'request':<34}{'plain us':>10}{'instrumented us':>17}{'ratio':>8}"
+    print(f"{header}  aim <={RATIO_AIM:g}x")
+    print("-" * (len(header) + 14))
+    rows = [(name, best[f"{name} plain"], best[f"{name} instrumented"]) for name in CASES]
+    rows.append(("all", sum(r[1] for r in rows), sum(r[2] for r in rows)))
+    for name, plain, instrumented in rows:
+        ratio = instrumented / plain
+        print(
+            f"{name:<34}{plain * 1e6:>10.0f}{instrumented * 1e6:>17.0f}{ratio:>7.3f}x"
+            f"  {verdict(ratio <= RATIO_AIM)}"
+        )
+    added = (rows[-1][2] - rows[-1][1]) / len(CASES)
+    print(f"\nInstrumentation adds {added * 1e6:.0f} us per request on average.")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print the report; always returns 0."""
+    parser = argparse.ArgumentParser(
+        description="Time instrumented model requests against uninstrumented ones on the "
+        "loopback fake LLM server (ratios measured in one run; the exit status is always 0).",
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
+    parser.add_argument("--requests", type=int, help="requests per batch (default 200, quick 40)")
+    parser.add_argument("--rounds", type=int, help="rounds per measurement (default 7, quick 3)")
+    args = parser.parse_args(argv)
+    per_batch = args.requests or (40 if args.quick else 200)
+    rounds = args.rounds or (3 if args.quick else 7)
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(_Discard()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    telemetry = configure(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, set_global=False
+    )
+    try:
+        best = _measure(telemetry, rounds, per_batch)
+    finally:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+    _report(best, rounds, per_batch)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,385 @@
+"""What every instrumented library shares: one model request at a time becomes an `Exchange`.
+
+An exchange starts a ``compaction.model_request`` span, works out the conversation, resolves
+the open calls whose results the request carries (their ``tool_result`` spans are children of
+the request span and link to the call spans) and reports what compaction lost (severed calls,
+orphaned results). When the response is complete it opens one obligation per emitted tool call
+through the recorder (an ``execute_tool`` span, parented like the request and linked to it) and
+reports duplicates. A failed request ends its span with ``error.type`` and opens nothing.
+
+Guarantees: nothing here raises into the host (an internal error is logged; the request goes on
+with a no-op exchange); an exchange finishes once; every piece of shared state (the ledger, the
+conversation index, the detection states, the open handles) is behind a lock held only for
+dictionary work, so threads and asyncio tasks may make requests concurrently.
+`Runtime.shutdown` abandons the calls this instrumentation opened that are still open, so their
+spans end and are exported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+
+from otel_compaction import semconv
+from otel_compaction.instrumentation._requests import (
+    ModelRequest,
+    ModelResponse,
+    parse_transcript,
+)
+from otel_compaction.instrumentation._settings import Settings
+from otel_compaction.instrumentation._streams import (
+    AsyncTracedStream,
+    StreamObserver,
+    TracedStream,
+)
+from otel_compaction.instrumentation.conversation import ConversationIndex, Identity
+from otel_compaction.instrumentation.detection import (
+    ConversationState,
+    Duplicate,
+    Orphan,
+    Resolution,
+    Severed,
+    check_request,
+    check_response,
+)
+from otel_compaction.telemetry import Telemetry
+from otel_compaction.tracing import ToolCallHandle, package_tracer
+from otel_compaction.transcript import Transcript
+
+__all__ = ["Exchange", "Runtime"]
+
+_log = logging.getLogger(__name__)
+
+_MAX_STATES = 10_000
+_PRUNE_AT = 10_000
+
+
+class Exchange:
+    """A request whose telemetry could not be started: every method does nothing."""
+
+    def activated(self) -> contextlib.AbstractContextManager[Any]:
+        """Make the request span current around the SDK call."""
+        return contextlib.nullcontext()
+
+    def respond(self, response: ModelResponse | None) -> None:
+        """The response is complete (or not readable: None)."""
+
+    def fail(self, error: BaseException) -> None:
+        """The request (or its stream) raised `error`."""
+
+    def complete(
+        self,
+        result: Any,
+        extract: Callable[[Any], ModelResponse | None],
+        observer: Callable[[], StreamObserver],
+        *,
+        is_async: bool,
+    ) -> Any:
+        """Finish with the SDK's `result`: read it, or wrap it when it is a stream."""
+        return result
+
+
+class _Exchange(Exchange):
+    """One model request and its response, recorded."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        request: ModelRequest,
+        identity: Identity,
+        span: Span,
+        parent: Context,
+    ) -> None:
+        self.runtime = runtime
+        self.request = request
+        self.identity = identity
+        self.span = span
+        self.parent = parent
+        self._done = False
+        self._lock = threading.Lock()
+
+    def activated(self) -> contextlib.AbstractContextManager[Any]:
+        return trace.use_span(
+            self.span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+            return True
+
+    def check(self, transcript: Transcript) -> None:
+        """Resolve what the request answers; report what it lost."""
+        runtime = self.runtime
+        conversation = self.identity.id
+        detect = runtime.settings.detection and self.request.full_history
+        open_obligations = runtime.ledger.open_obligations(conversation)
+        with runtime.states_lock:
+            findings = check_request(
+                transcript, open_obligations, runtime.state(conversation), full_history=detect
+            )
+        if findings.resolutions:
+            token = otel_context.attach(trace.set_span_in_context(self.span))
+            try:
+                resolved = sum(runtime.resolve(conversation, r) for r in findings.resolutions)
+            finally:
+                otel_context.detach(token)
+            self.span.set_attribute(semconv.REQUEST_RESOLVED, resolved)
+        for severed in findings.severed:
+            runtime.report_severed(self.span, conversation, severed)
+        for orphan in findings.orphans:
+            runtime.report_orphan(self.span, orphan)
+
+    def respond(self, response: ModelResponse | None) -> None:
+        if not self._claim():
+            return
+        try:
+            if response is not None:
+                self._opened(response)
+        except Exception:
+            _log.exception("otel-compaction: recording a model response failed")
+        self._end()
+
+    def _end(self) -> None:
+        try:
+            self.span.end()
+        except Exception:
+            _log.exception("otel-compaction: ending a model request span failed")
+
+    def _opened(self, response: ModelResponse) -> None:
+        runtime = self.runtime
+        conversation = self.identity.id
+        if response.response_id:
+            self.span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response.response_id)
+        self.span.set_attribute(semconv.RESPONSE_TOOL_CALLS, len(response.calls))
+        request_context = self.span.get_span_context()
+        for call in response.calls:
+            link = Link(request_context, {semconv.GEN_AI_TOOL_CALL_ID: call.id})
+            handle = runtime.recorder.call(
+                call.name,
+                call.id,
+                arguments=call.arguments,
+                conversation_id=conversation,
+                links=(link,),
+                context=self.parent,
+            )
+            runtime.track(conversation, handle)
+        runtime.conversations.remember(
+            conversation, (call.id for call in response.calls), response.response_id
+        )
+        if response.calls and runtime.settings.detection:
+            with runtime.states_lock:
+                duplicates = check_response(response.calls, runtime.state(conversation))
+            for duplicate in duplicates:
+                runtime.report_duplicate(self.span, duplicate)
+
+    def fail(self, error: BaseException) -> None:
+        if not self._claim():
+            return
+        try:
+            self.span.set_attribute(semconv.ERROR_TYPE, type(error).__qualname__)
+            self.span.set_status(Status(StatusCode.ERROR, str(error) or None))
+        except Exception:  # the SDK's exception is what the application must see
+            _log.exception("otel-compaction: recording a failed model request failed")
+        self._end()
+
+    def complete(
+        self,
+        result: Any,
+        extract: Callable[[Any], ModelResponse | None],
+        observer: Callable[[], StreamObserver],
+        *,
+        is_async: bool,
+    ) -> Any:
+        try:
+            if _is_raw(result):  # with_raw_response / with_streaming_response: not read here
+                self.respond(None)
+                return result
+            if self.request.stream:
+                if is_async and hasattr(result, "__aiter__"):
+                    return AsyncTracedStream(result, observer(), self)
+                if not is_async and hasattr(result, "__iter__"):
+                    return TracedStream(result, observer(), self)
+                self.respond(None)
+                return result
+            self.respond(extract(result))
+        except Exception:
+            _log.exception("otel-compaction: reading a model response failed")
+            self.respond(None)
+        return result
+
+
+def _is_raw(result: Any) -> bool:
+    """True for the SDKs' raw HTTP response wrappers (their body is the caller's to read)."""
+    return hasattr(result, "http_response")
+
+
+class Runtime:
+    """The instrumentation's shared state: telemetry, conversations, detection state, and the
+    tool-call handles it opened."""
+
+    def __init__(self, telemetry: Telemetry, settings: Settings) -> None:
+        """Record into `telemetry` as `settings` say."""
+        self.telemetry = telemetry
+        self.settings = settings
+        self.recorder = telemetry.recorder
+        self.ledger = telemetry.ledger
+        self.metrics = telemetry.metrics
+        self.tracer = package_tracer(telemetry.tracer_provider)
+        self.active = True
+        self.conversations = ConversationIndex()
+        self._states: OrderedDict[str, ConversationState] = OrderedDict()
+        self.states_lock = threading.Lock()
+        self._handles: dict[tuple[str, str], list[ToolCallHandle]] = {}
+        self._handles_lock = threading.Lock()
+
+    # -- exchanges ---------------------------------------------------------------------------
+
+    def begin(self, read: Callable[[], ModelRequest]) -> Exchange:
+        """Start recording the request `read()` describes; a no-op exchange on any failure."""
+        try:
+            return self._begin(read())
+        except Exception:
+            _log.exception("otel-compaction: recording a model request failed")
+            return Exchange()
+
+    def _begin(self, request: ModelRequest) -> Exchange:
+        transcript = parse_transcript(request.messages)
+        identity = self.conversations.identify(
+            request.messages,
+            transcript,
+            provider_conversation=request.provider_conversation,
+            previous_response_id=request.previous_response_id,
+        )
+        attributes: dict[str, Any] = {
+            semconv.GEN_AI_OPERATION_NAME: semconv.CHAT,
+            semconv.GEN_AI_PROVIDER_NAME: request.provider,
+            semconv.GEN_AI_CONVERSATION_ID: identity.id,
+            semconv.CONVERSATION_SOURCE: identity.source,
+            semconv.REQUEST_API: request.api,
+            semconv.REQUEST_STREAM: request.stream,
+        }
+        if request.model:
+            attributes[semconv.GEN_AI_REQUEST_MODEL] = request.model
+        parent = otel_context.get_current()
+        span = self.tracer.start_span(
+            semconv.MODEL_REQUEST_SPAN, context=parent, kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )  # fmt: skip
+        exchange = _Exchange(self, request, identity, span, parent)
+        if transcript is not None:
+            try:
+                exchange.check(transcript)
+            except Exception:
+                _log.exception("otel-compaction: checking a model request failed")
+        return exchange
+
+    # -- state -------------------------------------------------------------------------------
+
+    def state(self, conversation: str) -> ConversationState:
+        """The conversation's detection state; use it with `states_lock` held."""
+        found = self._states.get(conversation)
+        if found is None:
+            found = self._states[conversation] = ConversationState()
+            while len(self._states) > _MAX_STATES:
+                self._states.popitem(last=False)
+        else:
+            self._states.move_to_end(conversation)
+        return found
+
+    def track(self, conversation: str, handle: ToolCallHandle) -> None:
+        """Remember a call this instrumentation opened, until it is resolved."""
+        with self._handles_lock:
+            self._handles.setdefault((conversation, handle.id), []).append(handle)
+            if len(self._handles) > _PRUNE_AT:
+                for key in [k for k, hs in self._handles.items() if all(h.resolved for h in hs)]:
+                    del self._handles[key]
+
+    def _open_handle(self, conversation: str, call_id: str) -> ToolCallHandle | None:
+        with self._handles_lock:
+            handles = self._handles.get((conversation, call_id), ())
+            return next((h for h in handles if not h.resolved), None)
+
+    def resolve(self, conversation: str, resolution: Resolution) -> bool:
+        """Resolve the earliest open call of the resolution's id through the recorder."""
+        resolved = self.recorder.resolve(
+            resolution.call_id,
+            resolution.content,
+            status="error" if resolution.status == "error" else None,
+            conversation_id=conversation,
+        )
+        key = (conversation, resolution.call_id)
+        with self._handles_lock:
+            handles = self._handles.get(key)
+            if handles is not None:
+                handles[:] = [h for h in handles if not h.resolved]
+                if not handles:
+                    del self._handles[key]
+        return resolved
+
+    def shutdown(self, reason: str) -> None:
+        """Stop recording; abandon (with `reason`) every call opened here that is still open."""
+        self.active = False
+        with self._handles_lock:
+            handles = [h for hs in self._handles.values() for h in hs]
+            self._handles.clear()
+        for handle in handles:
+            if not handle.resolved:
+                try:
+                    handle.abandon(reason)
+                except Exception:
+                    _log.exception("otel-compaction: abandoning an open call failed")
+
+    # -- detections --------------------------------------------------------------------------
+
+    def report_severed(self, span: Span, conversation: str, severed: Severed) -> None:
+        """A request no longer carries an open call: an event on the request span and on the
+        call span (when this instrumentation opened it), and the metric."""
+        attributes: dict[str, Any] = {
+            semconv.GEN_AI_TOOL_CALL_ID: severed.call_id,
+            semconv.GEN_AI_TOOL_NAME: severed.name,
+            semconv.OBLIGATION_KIND: "tool_call",
+        }
+        span.add_event(semconv.EVENT_SEVERED, attributes)
+        handle = self._open_handle(conversation, severed.call_id)
+        if handle is not None:
+            handle.span.add_event(semconv.EVENT_SEVERED, attributes)
+        self.metrics.severed.add(1, _tool(severed.name))
+
+    def report_orphan(self, span: Span, orphan: Orphan) -> None:
+        """A request carries a result whose call is gone."""
+        attributes: dict[str, Any] = {
+            semconv.GEN_AI_TOOL_CALL_ID: orphan.call_id,
+            semconv.MESSAGE_INDEX: orphan.message_index,
+        }
+        if orphan.name:
+            attributes[semconv.GEN_AI_TOOL_NAME] = orphan.name
+        span.add_event(semconv.EVENT_ORPHANED, attributes)
+        self.metrics.orphaned_results.add(1, _tool(orphan.name))
+
+    def report_duplicate(self, span: Span, duplicate: Duplicate) -> None:
+        """The model repeats a resolved call."""
+        span.add_event(
+            semconv.EVENT_DUPLICATE,
+            {
+                semconv.GEN_AI_TOOL_CALL_ID: duplicate.call_id,
+                semconv.GEN_AI_TOOL_NAME: duplicate.name,
+                semconv.DUPLICATE_OF: duplicate.duplicate_of,
+            },
+        )
+        self.metrics.duplicate_calls.add(1, _tool(duplicate.name))
+
+
+def _tool(name: str) -> dict[str, str]:
+    return {semconv.GEN_AI_TOOL_NAME: name} if name else {}

@@ -1,0 +1,264 @@
+"""Passive detection: what a compactor you do not control did to a conversation, read from the
+requests the agent sends and the tool calls the model emits.
+
+For each request, given the conversation's open obligations and the request's parsed messages:
+
+* **resolutions**: the tool results that answer calls the ledger holds open. A result answers
+  the most recent calls of its id (ids are reused); a result whose call is gone from the
+  messages still answers an open call of its id (the tool did run).
+* **severed**: a tool call the ledger holds open that the request carries neither as a call nor
+  as a result: compaction cut it while it was owed.
+* **orphaned**: a tool result with no call of its id before it in the request.
+
+For each model response, given the calls it emits:
+
+* **duplicate**: a call with the same tool and arguments (compared as canonical JSON) as a call
+  already resolved in the conversation: the agent is about to repeat a side effect.
+
+Each finding is reported once per conversation: `ConversationState` remembers what was reported
+and which calls resolved, within fixed bounds (oldest entries are forgotten first). Severed and
+orphan checks need the whole transcript; when the provider keeps the history (OpenAI Responses
+with ``previous_response_id`` or ``conversation``) the caller says so and only resolutions and
+duplicates are computed. The functions do no I/O and touch nothing but the state they are
+given; the caller serialises access to one state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from otel_compaction.ledger import Obligation
+from otel_compaction.transcript import ToolCall, ToolResult, Transcript
+
+__all__ = [
+    "ConversationState",
+    "Duplicate",
+    "EmittedCall",
+    "Orphan",
+    "RequestFindings",
+    "Resolution",
+    "Severed",
+    "check_request",
+    "check_response",
+    "fingerprint",
+]
+
+_SPAN_KEY = "span:"  # the span processor's id for a call whose id is not known yet
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedCall:
+    """A tool call in a model response. ``arguments`` as the provider gave them: JSON text
+    (OpenAI) or an object (Anthropic ``input``)."""
+
+    id: str
+    name: str
+    arguments: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """A tool result in the request answering an open call."""
+
+    call_id: str
+    status: Literal["result", "error"]
+    content: str
+    message_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Severed:
+    """An open call the request no longer carries; ``sequence`` is its ledger record's."""
+
+    call_id: str
+    name: str
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A tool result whose call is gone; ``name`` is the tool's when the ledger knows it."""
+
+    call_id: str
+    name: str
+    message_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A call repeating the tool and arguments of the resolved call ``duplicate_of``."""
+
+    call_id: str
+    name: str
+    duplicate_of: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFindings:
+    """What one request resolved and what it shows compaction lost."""
+
+    resolutions: tuple[Resolution, ...] = ()
+    severed: tuple[Severed, ...] = ()
+    orphans: tuple[Orphan, ...] = ()
+
+
+class _Bounded(Generic[K, V]):
+    """A dict that forgets its oldest entries beyond `limit`."""
+
+    __slots__ = ("items", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.items: dict[K, V] = {}
+        self.limit = limit
+
+    def put(self, key: K, value: V) -> None:
+        self.items[key] = value
+        if len(self.items) > self.limit:
+            del self.items[next(iter(self.items))]
+
+    def first(self, key: K, value: V) -> bool:
+        """Store `value` unless `key` is present; True when it was stored."""
+        if key in self.items:
+            return False
+        self.put(key, value)
+        return True
+
+
+class ConversationState:
+    """What detection remembers about one conversation, bounded by `limit` entries per kind."""
+
+    __slots__ = (
+        "names",
+        "pending",
+        "reported_orphans",
+        "reported_severed",
+        "resolved",
+        "seen_pairs",
+    )
+
+    def __init__(self, limit: int = 4_096) -> None:
+        """Create an empty state."""
+        self.resolved: _Bounded[str, str] = _Bounded(limit)  # fingerprint -> first call id
+        self.pending: _Bounded[str, str] = _Bounded(limit)  # emitted call id -> fingerprint
+        self.names: _Bounded[str, str] = _Bounded(limit)  # call id -> tool name
+        self.seen_pairs: _Bounded[tuple[str, str, str], None] = _Bounded(limit)
+        self.reported_severed: _Bounded[int, None] = _Bounded(limit)
+        self.reported_orphans: _Bounded[str, None] = _Bounded(limit)
+
+    def duplicate_of(self, call: EmittedCall) -> str | None:
+        """The id of the resolved call that `call` repeats, if any."""
+        return self.resolved.items.get(fingerprint(call.name, call.arguments))
+
+
+def fingerprint(name: str, arguments: Any) -> str:
+    """A call's tool and arguments, compared as canonical JSON (key order and spacing ignored).
+
+    Example:
+        >>> fingerprint("book", '{"seat": "4A", "flight": "SK1"}') == fingerprint(
+        ...     "book", {"flight": "SK1", "seat": "4A"})
+        True
+    """
+    value = arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments)
+        except ValueError:
+            value = arguments
+    try:
+        canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        canonical = repr(value)
+    return hashlib.sha256(f"{name}\x00{canonical}".encode()).hexdigest()[:32]
+
+
+def check_request(
+    transcript: Transcript,
+    open_obligations: Iterable[Obligation],
+    state: ConversationState,
+    *,
+    full_history: bool = True,
+) -> RequestFindings:
+    """Resolutions, severed calls and orphaned results of one request (see the module), given
+    the conversation's open obligations in the order they were opened."""
+    owed: dict[str, list[Obligation]] = {}
+    for record in open_obligations:
+        if record.is_open and record.kind == "tool_call" and not record.id.startswith(_SPAN_KEY):
+            owed.setdefault(record.id, []).append(record)
+    _remember_pairs(transcript, state)
+    loose: dict[str, list[ToolResult]] = {}
+    for result in transcript.results:
+        if result.call is None:
+            loose.setdefault(result.call_id, []).append(result)
+    if not owed and not loose:
+        return RequestFindings()
+    present: dict[str, list[ToolCall]] = {}
+    if owed:
+        for call in transcript.calls:
+            if call.id in owed:
+                present.setdefault(call.id, []).append(call)
+    resolutions: list[Resolution] = []
+    severed: list[Severed] = []
+    for call_id, records in owed.items():
+        calls = present.get(call_id)
+        if calls:
+            # The open records are the latest emissions of this id: its last calls.
+            resolutions.extend(
+                _resolution(transcript.results[call.result])
+                for call in calls[-len(records) :]
+                if call.result is not None
+            )
+        elif call_id in loose:
+            for result in loose[call_id][: len(records)]:
+                resolutions.append(_resolution(result))
+                fingerprinted = state.pending.items.pop(call_id, None)
+                if fingerprinted is not None:
+                    state.resolved.first(fingerprinted, call_id)
+        elif full_history:
+            severed.extend(
+                Severed(call_id, record.name, record.sequence)
+                for record in records
+                if state.reported_severed.first(record.sequence, None)
+            )
+    orphans: list[Orphan] = []
+    if full_history and loose:
+        for call_id, results in loose.items():
+            if state.reported_orphans.first(call_id, None):
+                known = owed.get(call_id)
+                name = known[0].name if known else state.names.items.get(call_id, "")
+                orphans.append(Orphan(call_id, name, results[0].message_index))
+    return RequestFindings(tuple(resolutions), tuple(severed), tuple(orphans))
+
+
+def check_response(calls: Sequence[EmittedCall], state: ConversationState) -> tuple[Duplicate, ...]:
+    """The emitted calls that repeat a resolved call; every call is remembered as pending."""
+    duplicates: list[Duplicate] = []
+    for call in calls:
+        key = fingerprint(call.name, call.arguments)
+        earlier = state.resolved.items.get(key)
+        if earlier is not None and earlier != call.id:
+            duplicates.append(Duplicate(call.id, call.name, earlier))
+        state.pending.put(call.id, key)
+        state.names.put(call.id, call.name)
+    return tuple(duplicates)
+
+
+def _resolution(result: ToolResult) -> Resolution:
+    return Resolution(result.call_id, result.status, result.text, result.message_index)
+
+
+def _remember_pairs(transcript: Transcript, state: ConversationState) -> None:
+    """Every call the transcript shows answered is a resolved call of the conversation."""
+    for call in transcript.calls:
+        if call.result is None:
+            continue
+        if state.seen_pairs.first((call.id, call.name, call.arguments), None):
+            state.resolved.first(fingerprint(call.name, call.arguments), call.id)
+            state.pending.items.pop(call.id, None)
+            state.names.put(call.id, call.name)

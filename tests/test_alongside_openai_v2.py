@@ -1,0 +1,177 @@
+"""otel-compaction beside the OpenTelemetry OpenAI instrumentation (opentelemetry-instrumentation-
+openai-v2), in one process, on the same providers, instrumented in either order.
+
+Both wrap ``chat.completions.create``. The OpenAI instrumentation's ``chat`` spans must not
+open obligations (the ledger's span processor only takes ``execute_tool`` spans), otel-
+compaction's own spans must not be counted twice, every call must be one obligation, and
+every detection must be reported once; streams pass through both wrappers in either nesting,
+and taking either instrumentation out leaves the SDK working.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import pytest
+from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+    FakeLLMServer,
+    ToolCall,
+    fake_llm_server_fixture,
+)
+from instrumentation_harness import (
+    Agent,
+    Instrumented,
+    Mode,
+    ScenarioIds,
+    Style,
+    expected_scenario,
+    request_spans,
+    run_compaction_scenario,
+    scenario_summary,
+    unavailable,
+    without_parents,
+)
+from llm_clients import require_sdks
+from opentelemetry.sdk.metrics import MeterProvider
+from telemetry_harness import make_pipeline
+
+from otel_compaction import semconv as sc
+from otel_compaction.instrumentation import CompactionInstrumentor
+
+Order = Literal["compaction-first", "openai-v2-first"]
+
+IDS = ScenarioIds(restart="call_restart_1", check="call_check_1", again="call_restart_2")
+
+
+def _openai_v2() -> Any:
+    require_sdks()
+    if importlib.util.find_spec("opentelemetry.instrumentation.openai_v2") is None:
+        unavailable(
+            "opentelemetry-instrumentation-openai-v2 is not installed; install the 'test' extra"
+        )
+    try:
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    except ImportError as error:  # e.g. an opentelemetry-util-genai it does not work with
+        unavailable(f"opentelemetry-instrumentation-openai-v2 cannot be imported: {error}")
+    return OpenAIInstrumentor()  # type: ignore[no-untyped-call]
+
+
+class Both:
+    """Both instrumentations on one in-memory pipeline."""
+
+    def __init__(self, order: Order) -> None:
+        self.pipeline = make_pipeline()
+        self.compaction = CompactionInstrumentor()
+        self.openai_v2 = _openai_v2()
+        self.order = order
+        from openai.resources.chat.completions import Completions
+
+        self.original = Completions.__dict__["create"]
+        # Same tracer provider; the OpenAI instrumentation's metrics are kept apart.
+        providers = {
+            "tracer_provider": self.pipeline.tracer_provider,
+            "meter_provider": MeterProvider(),
+        }
+        if order == "compaction-first":
+            self.compaction.instrument(telemetry=self.pipeline.telemetry)
+            self.openai_v2.instrument(**providers)
+        else:
+            self.openai_v2.instrument(**providers)
+            self.compaction.instrument(telemetry=self.pipeline.telemetry)
+
+    @property
+    def instrumented(self) -> Instrumented:
+        return Instrumented(self.compaction, self.pipeline)
+
+    def close(self) -> None:
+        from openai.resources.chat.completions import Completions
+
+        for instrumentor in (self.compaction, self.openai_v2):
+            if instrumentor.is_instrumented_by_opentelemetry:
+                instrumentor.uninstrument()
+        # What an unwrap left behind (see test_taking_either_out_leaves_the_sdk_working) must
+        # not reach other tests.
+        setattr(Completions, "create", self.original)  # noqa: B010 - a method, as found
+        self.pipeline.shutdown()
+
+
+@pytest.fixture(name="both", params=["compaction-first", "openai-v2-first"])
+def both_fixture(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Both]:
+    """Both instrumentations, in each order."""
+    for name in (sc.CAPTURE_CONTENT_ENV, sc.POLICY_ENV, sc.DETECTION_ENV):
+        monkeypatch.delenv(name, raising=False)
+    made = Both(request.param)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.mark.parametrize(("mode", "style"), [("sync", "json"), ("sync", "stream"),
+                                             ("async", "json"), ("async", "helper")])  # fmt: skip
+def test_one_obligation_per_call_and_one_report_per_detection(
+    both: Both, fake_llm_server: FakeLLMServer, mode: Mode, style: Style
+) -> None:
+    run_compaction_scenario(Agent(fake_llm_server, "chat", mode, style), both.instrumented, IDS)
+
+    summary = scenario_summary(both.instrumented)
+    expected = expected_scenario("chat", IDS, streamed=style != "json")
+    assert without_parents(summary) == without_parents(expected)
+    spans = both.pipeline.spans()
+    chats = sorted(
+        (s for s in spans if s.name == "chat model-test"), key=lambda s: s.start_time or 0
+    )
+    assert len(chats) == 4  # the OpenAI instrumentation saw every request
+    assert all(s.instrumentation_scope.name != sc.SCOPE for s in chats)  # type: ignore[union-attr]
+    requests = request_spans(spans)
+    chat_ids = {s.context.span_id for s in chats}
+    if both.order == "compaction-first":  # the OpenAI one wrapped last, outermost: its span
+        # is current when otel-compaction's wrapper starts the request span
+        assert [r.parent.span_id in chat_ids for r in requests] == [True] * 4  # type: ignore[union-attr]
+    else:  # the other way round, its span is a child of the request span
+        request_ids = {r.context.span_id for r in requests}
+        assert {c.parent.span_id in request_ids for c in chats} == {True}  # type: ignore[union-attr]
+
+
+def test_openai_v2_chat_spans_open_no_obligations(
+    both: Both, fake_llm_server: FakeLLMServer
+) -> None:
+    agent = Agent(fake_llm_server, "chat")
+    agent.script(text="Nothing to do.")
+    agent.ask()
+    agent.script(text="Still nothing.")
+    agent.ask()
+
+    assert len(both.pipeline.spans("chat model-test")) == 2
+    ledger = both.pipeline.ledger
+    assert [ledger.snapshot(c).obligations for c in ledger.conversations()] == []
+    assert ledger.open_counts() == {}
+
+
+@pytest.mark.parametrize("first_out", ["compaction", "openai-v2"])
+def test_taking_either_out_leaves_the_sdk_working(
+    both: Both, fake_llm_server: FakeLLMServer, first_out: str
+) -> None:
+    from openai.resources.chat.completions import Completions
+
+    first, second = (
+        (both.compaction, both.openai_v2)
+        if first_out == "compaction"
+        else (both.openai_v2, both.compaction)
+    )
+    agent = Agent(fake_llm_server, "chat", "sync", "stream")
+    for instrumentor in (first, second):
+        instrumentor.uninstrument()
+        agent.script(ToolCall("search", {"q": "x"}))
+        assert agent.ask().calls[0][1] == "search"  # the client works, streams included
+
+    # The OpenAI instrumentation's uninstrument() unwraps whatever wrapper is outermost: when
+    # otel-compaction's is (instrumented last), taking the OpenAI one out removes otel-
+    # compaction's instead and leaves its own. Every other way, each takes out its own.
+    clobbered = both.order == "openai-v2-first" and first_out == "openai-v2"
+    recorded_after_first = first_out == "openai-v2" and not clobbered
+    assert len(request_spans(both.pipeline.spans())) == int(recorded_after_first)
+    restored = Completions.__dict__["create"] is both.original
+    assert restored is not clobbered
