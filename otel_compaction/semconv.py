@@ -115,6 +115,14 @@ METRIC_ORPHANED: Final = "compaction.tool_results.orphaned"
 POLICY_ENV: Final = "OTEL_COMPACTION_POLICY"
 DETECTION_ENV: Final = "OTEL_COMPACTION_DETECTION"
 AGENT_NAME_ENV: Final = "OTEL_COMPACTION_AGENT_NAME"
+FRAMEWORKS_ENV: Final = "OTEL_COMPACTION_FRAMEWORKS"
+
+# Instrumentation layers recording tool calls (`ToolCallRecorder.call`'s ``layer``): a call
+# seen by two of them is one obligation.
+LAYER_SDK: Final = "sdk"
+LAYER_LANGCHAIN: Final = "langchain"
+LAYER_AGENTS: Final = "agents"
+LAYER_MCP: Final = "mcp"
 
 # -- compaction applied -----------------------------------------------------------------------
 APPLY_SPAN: Final = "compaction.apply"

@@ -14,12 +14,14 @@ Three ways in, one ledger:
 Nothing here raises into the host: a failure of the telemetry is logged and the call goes on.
 Handles are plain objects owned by the caller; the recorder keeps open ones in a dict keyed by
 (conversation, call id) guarded by a lock, so threads and asyncio tasks may resolve calls
-concurrently.
+concurrently. A call two instrumentation layers record (a model SDK's wrapper and the framework
+above it: ``layer``) is one obligation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import itertools
@@ -178,10 +180,12 @@ class ObligationHandle:
 class ToolCallHandle(ObligationHandle):
     """A tool call in flight. Call exactly one of `result`, `error` or `abandon`."""
 
-    __slots__ = ("arguments", "started_ns")
+    __slots__ = ("arguments", "layers", "started_ns")
 
     started_ns: int
     arguments: Any
+    layers: set[str]
+    """The instrumentation layers that recorded this call (see `ToolCallRecorder.call`)."""
 
     # Tool calls are claimed under the recorder's lock, together with leaving its index.
 
@@ -238,6 +242,8 @@ class ToolCallRecorder:
         self._capture = capture_content
         self.agent_name = agent_name
         self._open: dict[tuple[str, str], list[ToolCallHandle]] = {}
+        # Open calls recorded by a layer, per call id in every conversation, in open order.
+        self._layered: dict[str, list[ToolCallHandle]] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -258,12 +264,25 @@ class ToolCallRecorder:
         conversation_id: str | None = None,
         links: Sequence[Link] = (),
         context: Context | None = None,
+        layer: str | None = None,
     ) -> ToolCallHandle:
         """The model emitted a call: open the obligation and start its ``execute_tool`` span.
 
         `links` go on the call span (auto-instrumentation links it to the model request that
         emitted it); `context` is its parent context (the current one when None).
+
+        `layer` names the instrumentation recording the call (``"sdk"``, ``"langchain"``, ...)
+        when several may see the same one: a model SDK's wrapper and the agent framework
+        calling it. A call whose id is already open, in any conversation, from another layer
+        (one that has not joined it yet) is that call: its handle is returned and no second
+        obligation opens; the first layer's conversation, span and ledger record stay, and the
+        first resolution from either layer wins. Within one layer, or without a layer, a
+        reused id opens a new obligation as before.
         """
+        if call_id and layer is not None:
+            joined = self._join(call_id, layer)
+            if joined is not None:
+                return joined
         conversation = conversation_id or current_conversation_id()
         call_id = call_id or f"call_{next(self._ids)}"
         # The ledger first: whatever happens to telemetry, the obligation is known.
@@ -278,6 +297,7 @@ class ToolCallRecorder:
         handle = ToolCallHandle(self, "tool_call", call_id, tool_name, conversation, span)
         handle.started_ns = time.monotonic_ns()
         handle.arguments = arguments
+        handle.layers = {layer} if layer is not None else set()
         key = (conversation or "", call_id)
         with self._lock:
             waiting = self._open.get(key)
@@ -285,7 +305,30 @@ class ToolCallRecorder:
                 self._open[key] = [handle]
             else:
                 waiting.append(handle)
+            if layer is not None:
+                self._layered.setdefault(call_id, []).append(handle)
         return handle
+
+    def _join(self, call_id: str, layer: str) -> ToolCallHandle | None:
+        """The earliest open call of `call_id` that another layer recorded and `layer` has not
+        joined yet, now joined by `layer`; None when there is none."""
+        with self._lock:
+            for handle in self._layered.get(call_id, ()):
+                if not handle._done and layer not in handle.layers:
+                    handle.layers.add(layer)
+                    return handle
+        return None
+
+    def _unindex(self, handle: ToolCallHandle) -> None:
+        """Take a resolved handle out of the layered index (lock held)."""
+        if not handle.layers:
+            return
+        layered = self._layered.get(handle.id)
+        if layered is not None:
+            with contextlib.suppress(ValueError):
+                layered.remove(handle)
+            if not layered:
+                del self._layered[handle.id]
 
     def resolve(
         self,
@@ -313,6 +356,7 @@ class ToolCallRecorder:
                 if not candidate._done:
                     candidate._done = True
                     handle = candidate
+                    self._unindex(candidate)
                     break
             if waiting is not None and not waiting:
                 del self._open[key]
@@ -494,6 +538,7 @@ class ToolCallRecorder:
                         waiting.remove(handle)
                     if not waiting:
                         del self._open[key]
+                self._unindex(handle)
         self.ledger.resolve(handle.conversation_id, handle.id, status)
         # Telemetry after the ledger, each piece on its own: a failing span must neither
         # leave the call span open nor lose the duration.

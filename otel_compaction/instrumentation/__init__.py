@@ -1,4 +1,5 @@
-"""Auto-instrumentation: the OpenAI and Anthropic SDKs, with passive compaction detection.
+"""Auto-instrumentation: the OpenAI and Anthropic SDKs, with passive compaction detection, and
+the framework integrations (LangChain and LangGraph, MCP, the OpenAI Agents SDK).
 
 Zero code change: installed, the package registers `CompactionInstrumentor` under the
 ``opentelemetry_instrumentor`` entry point (name ``compaction``), so
@@ -13,10 +14,14 @@ In code::
     instrumentor.uninstrument()
 
 Each SDK is instrumented when it is imported (a post-import hook: nothing is imported early),
-at most once per `instrument`. `uninstrument` takes the wrappers out (a wrapper another
+at most once per `instrument`; so is each installed framework that ``OTEL_COMPACTION_FRAMEWORKS``
+selects, through its integration's ``instrument`` (left alone when the application instrumented
+it already). A tool call both layers see is one obligation (`ToolCallRecorder.call`'s
+``layer``). `uninstrument` takes the wrappers out (a wrapper another
 instrumentation wrapped over stays, as a pass-through) and abandons the tool calls the
 instrumentation opened that are still open, as it does at interpreter exit, so their spans end
-and are exported. Settings come from the environment (see `_settings`); the telemetry is
+and are exported; it uninstruments the frameworks it instrumented. Settings come from the
+environment (see `_settings`); the telemetry is
 `otel_compaction.configure()`'s: the SDK providers already installed (by
 ``opentelemetry-instrument`` and a distro), else providers built from ``OTEL_*``. Nothing here
 raises into the host: a failure is logged and the application runs uninstrumented.
@@ -51,19 +56,28 @@ _LIBRARIES: tuple[tuple[str, str], ...] = (
     ("openai", "otel_compaction.instrumentation._openai"),
     ("anthropic", "otel_compaction.instrumentation._anthropic"),
 )
+# The frameworks (as ``OTEL_COMPACTION_FRAMEWORKS`` names them), the module whose import
+# triggers their integration, and the integration (``instrument`` / ``uninstrument``).
+_FRAMEWORKS: tuple[tuple[str, str, str], ...] = (
+    ("langchain", "langchain_core", "otel_compaction.integrations.langchain"),
+    ("mcp", "mcp", "otel_compaction.integrations.mcp"),
+    ("agents", "agents", "otel_compaction.integrations.openai_agents"),
+)
 
 
 class CompactionInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Instruments the installed OpenAI and Anthropic SDKs for otel-compaction.
+    """Instruments the installed OpenAI and Anthropic SDKs and agent frameworks.
 
     ``instrument()`` keyword arguments, each optional: ``tracer_provider``, ``meter_provider``,
     ``ledger`` or a whole ``telemetry`` (a `Telemetry`), and the settings ``policy`` (name,
-    path or `Policy`), ``detection``, ``capture_content``, ``agent_name``, which override the
-    environment. Like every ``BaseInstrumentor``, the class is a singleton.
+    path or `Policy`), ``detection``, ``capture_content``, ``agent_name``, ``frameworks``
+    (names, or a comma list), which override the environment. Like every
+    ``BaseInstrumentor``, the class is a singleton.
     """
 
     _runtime: Runtime | None = None
     _patches: Patches | None = None
+    _integrations: list[ModuleType] | None = None
     _gate: CompactionGate | None = None
     _reusable: tuple[Telemetry, Settings] | None = None
 
@@ -100,7 +114,9 @@ class CompactionInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             _log.exception("otel-compaction: instrumentation failed; the application runs on")
             return
         patches = Patches()
+        integrations: list[ModuleType] = []
         self._runtime, self._patches, self._gate = runtime, patches, None
+        self._integrations = integrations
         for module, implementation in _LIBRARIES:
             try:
                 if importlib.util.find_spec(module) is not None:
@@ -108,6 +124,15 @@ class CompactionInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                     wrapt.register_post_import_hook(hook, module)
             except Exception:
                 _log.exception("otel-compaction: instrumenting %s failed", module)
+        for name, module, integration in _FRAMEWORKS:
+            if name not in settings.frameworks:
+                continue
+            try:
+                if importlib.util.find_spec(module) is not None:
+                    hook = _when_framework_imported(runtime, integration, integrations)
+                    wrapt.register_post_import_hook(hook, module)
+            except Exception:
+                _log.exception("otel-compaction: instrumenting %s failed", name)
         atexit.register(self._at_exit)
 
     def _uninstrument(self, **kwargs: Any) -> None:
@@ -118,13 +143,20 @@ class CompactionInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._stop("process exit")
 
     def _stop(self, reason: str) -> None:
-        runtime, patches = self._runtime, self._patches
-        self._runtime = self._patches = self._gate = None
+        runtime, patches, integrations = self._runtime, self._patches, self._integrations
+        self._runtime = self._patches = self._gate = self._integrations = None
+        if runtime is not None:
+            runtime.active = False  # a framework imported from now on is left alone
         try:
             if patches is not None:
                 patches.remove()
         except Exception:
             _log.exception("otel-compaction: removing the instrumentation failed")
+        for integration in integrations or ():
+            try:
+                integration.uninstrument()
+            except Exception:
+                _log.exception("otel-compaction: uninstrumenting %s failed", integration.__name__)
         if runtime is not None:
             runtime.shutdown(reason)
 
@@ -175,3 +207,32 @@ def _when_imported(
             _log.exception("otel-compaction: instrumenting %s failed", _module.__name__)
 
     return hook
+
+
+def _when_framework_imported(
+    runtime: Runtime, integration: str, instrumented: list[ModuleType]
+) -> Callable[[ModuleType], None]:
+    """A post-import hook turning a framework integration on (appended to `instrumented`),
+    unless the runtime was stopped since or the application instrumented it itself."""
+
+    def hook(_module: ModuleType) -> None:
+        if not runtime.active:
+            return
+        try:
+            module = importlib.import_module(integration)
+            if module in instrumented or module.instrumented():
+                return  # already on: the application's own setup is kept
+            if module.instrument(runtime.telemetry, **_framework_options(module, runtime)):
+                instrumented.append(module)
+        except Exception:
+            _log.exception("otel-compaction: instrumenting %s failed", _module.__name__)
+
+    return hook
+
+
+def _framework_options(module: ModuleType, runtime: Runtime) -> dict[str, Any]:
+    """The LangChain integration guards the built-in summarization (when its environment
+    variable says so) with the instrumentor's policy."""
+    if module.__name__.endswith(".langchain"):
+        return {"policy": runtime.settings.policy}
+    return {}

@@ -173,8 +173,12 @@ class _Exchange(Exchange):
                 conversation_id=conversation,
                 links=(link,),
                 context=self.parent,
+                layer=semconv.LAYER_SDK,
             )
-            runtime.track(conversation, handle)
+            # A framework that recorded the call first keeps it (and its conversation): it
+            # resolves it; this conversation's checks do not see it owed.
+            if handle.conversation_id == conversation:
+                runtime.track(conversation, handle)
         runtime.conversations.remember(
             conversation, (call.id for call in response.calls), response.response_id
         )

@@ -4,7 +4,9 @@
 * ``OTEL_COMPACTION_DETECTION`` (``true``): report severed calls, orphaned results, duplicates;
 * ``OTEL_COMPACTION_AGENT_NAME`` (unset): ``gen_ai.agent.name`` on tool-call spans;
 * ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (``false``): tool arguments and
-  results on spans, as in the GenAI instrumentations.
+  results on spans, as in the GenAI instrumentations;
+* ``OTEL_COMPACTION_FRAMEWORKS`` (all): the framework integrations to instrument when their
+  framework is installed, a comma list of ``langchain``, ``mcp``, ``agents``; ``none`` for none.
 
 Keyword arguments to ``instrument()`` override the environment. A bad value is logged and its
 default used: settings never stop the host application from starting.
@@ -27,6 +29,7 @@ _log = logging.getLogger(__name__)
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
+FRAMEWORKS: tuple[str, ...] = ("langchain", "mcp", "agents")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,7 @@ class Settings:
     detection: bool = True
     capture_content: bool | None = None
     agent_name: str | None = None
+    frameworks: frozenset[str] = frozenset(FRAMEWORKS)
 
     @classmethod
     def resolve(
@@ -51,11 +55,15 @@ class Settings:
             detection = _flag(env.get(semconv.DETECTION_ENV), default=True)
         capture = overrides.get("capture_content")
         agent = overrides.get("agent_name", env.get(semconv.AGENT_NAME_ENV, "").strip() or None)
+        frameworks = overrides.get("frameworks")
+        if frameworks is None:
+            frameworks = env.get(semconv.FRAMEWORKS_ENV)
         return cls(
             policy=_policy(policy),
             detection=detection,
             capture_content=capture if isinstance(capture, bool) else None,
             agent_name=agent if isinstance(agent, str) and agent else None,
+            frameworks=_frameworks(frameworks),
         )
 
 
@@ -70,6 +78,28 @@ def _flag(value: str | None, *, default: bool) -> bool:
     _log.warning("otel-compaction: %s=%r is not a boolean; using %s", semconv.DETECTION_ENV,
                  value, default)  # fmt: skip
     return default
+
+
+def _frameworks(value: Any) -> frozenset[str]:
+    """The frameworks named by a comma list (or an iterable of names); unset or blank is all of
+    them, ``none`` none; unknown names are logged and ignored."""
+    if value is None:
+        return frozenset(FRAMEWORKS)
+    names = value.split(",") if isinstance(value, str) else value
+    try:
+        wanted = {str(name).strip().lower() for name in names} - {""}
+    except TypeError:
+        _log.warning("otel-compaction: frameworks=%r is not a list; using all", value)
+        return frozenset(FRAMEWORKS)
+    if not wanted:
+        return frozenset(FRAMEWORKS)
+    if "none" in wanted:
+        return frozenset()
+    unknown = wanted.difference(FRAMEWORKS)
+    if unknown:
+        _log.warning("otel-compaction: %s names unknown frameworks %s; known: %s",
+                     semconv.FRAMEWORKS_ENV, sorted(unknown), ", ".join(FRAMEWORKS))  # fmt: skip
+    return frozenset(wanted.intersection(FRAMEWORKS))
 
 
 def _policy(value: Any) -> Policy:

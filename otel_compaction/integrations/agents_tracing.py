@@ -85,7 +85,10 @@ class ObligationTracingProcessor(TracingProcessor):
             if not self.enabled or not isinstance(data, FunctionSpanData):
                 return
             handle = self.recorder.call(
-                data.name, span.span_id, conversation_id=self._conversation(span.trace_id)
+                data.name,
+                span.span_id,
+                conversation_id=self._conversation(span.trace_id),
+                layer=semconv.LAYER_AGENTS,
             )
             with self._lock:
                 self._open[span.span_id] = handle

@@ -32,6 +32,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
+from otel_compaction import semconv
 from otel_compaction.integrations.langchain_messages import (
     SUMMARY_TAG,
     answered_calls,
@@ -83,7 +84,7 @@ class ObligationCallbackHandler(BaseCallbackHandler):
         self.recorder = recorder
         self._lock = threading.Lock()
         self._chat_runs: dict[UUID, str | None] = {}
-        self._tool_runs: dict[UUID, ToolCallHandle] = {}
+        self._tool_runs: dict[UUID, tuple[ToolCallHandle, str | None]] = {}
         # Calls the model emitted and no tool has picked up yet, per (conversation, call id).
         self._emitted: dict[tuple[str, str], list[ToolCallHandle]] = {}
 
@@ -158,7 +159,11 @@ class ObligationCallbackHandler(BaseCallbackHandler):
                 if not call_id:
                     continue
                 handle = self.recorder.call(
-                    call["name"], call_id, arguments=call["args"], conversation_id=conversation
+                    call["name"],
+                    call_id,
+                    arguments=call["args"],
+                    conversation_id=conversation,
+                    layer=semconv.LAYER_LANGCHAIN,
                 )
                 with self._lock:
                     self._emitted.setdefault((conversation or "", call_id), []).append(handle)
@@ -205,8 +210,9 @@ class ObligationCallbackHandler(BaseCallbackHandler):
                 call_id if isinstance(call_id, str) and call_id else None,
                 arguments=inputs if inputs is not None else input_str,
                 conversation_id=conversation,
+                layer=semconv.LAYER_LANGCHAIN,
             )
-        self._remember(self._tool_runs, run_id, handle)
+        self._remember(self._tool_runs, run_id, (handle, conversation))
 
     @_never_raises
     def on_tool_end(
@@ -219,9 +225,10 @@ class ObligationCallbackHandler(BaseCallbackHandler):
     ) -> None:
         """The tool returned: its ``ToolMessage`` (``status="error"`` is an error) or value."""
         with self._lock:
-            handle = self._tool_runs.pop(run_id, None)
-        if handle is None:
+            run = self._tool_runs.pop(run_id, None)
+        if run is None:
             return
+        handle = run[0]
         message = _tool_message(output, handle.id)
         if message is None:
             handle.result(None if isinstance(output, Command) else output)
@@ -242,13 +249,16 @@ class ObligationCallbackHandler(BaseCallbackHandler):
         """The tool raised: an error; cancelled: abandoned; interrupted (LangGraph
         ``interrupt``): still open, the tool runs again when the graph resumes."""
         with self._lock:
-            handle = self._tool_runs.pop(run_id, None)
-            if handle is not None and isinstance(error, GraphBubbleUp):
-                key = (handle.conversation_id or "", handle.id)
+            run = self._tool_runs.pop(run_id, None)
+            if run is None:
+                return
+            handle, conversation = run
+            if isinstance(error, GraphBubbleUp):
+                # Keyed as this run found it (the handle's conversation may be another
+                # layer's, which recorded the call first).
+                key = (conversation or "", handle.id)
                 self._emitted.setdefault(key, []).insert(0, handle)
                 return
-        if handle is None:
-            return
         if isinstance(error, asyncio.CancelledError):
             handle.abandon("cancelled")
         else:

@@ -36,6 +36,7 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from otel_compaction import semconv
 from otel_compaction.tracing import ToolCallHandle, ToolCallRecorder
 
 if TYPE_CHECKING:
@@ -140,7 +141,11 @@ def _open(
     try:
         name, arguments = _bind(*args, **kwargs)
         return recorder.call(
-            str(name), _call_id(session), arguments=arguments, tool_type="extension"
+            str(name),
+            _call_id(session),
+            arguments=arguments,
+            tool_type="extension",
+            layer=semconv.LAYER_MCP,
         )
     except Exception:
         _log.exception("otel-compaction: recording an MCP tool call failed")
