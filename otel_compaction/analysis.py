@@ -16,7 +16,7 @@ from typing import Any
 
 from otel_compaction.ledger import LedgerSnapshot, Obligation
 from otel_compaction.policy import Policy
-from otel_compaction.transcript import ToolCall, ToolResult, Transcript
+from otel_compaction.transcript import ToolCall, ToolResult, Transcript, closed_cuts_of
 
 __all__ = ["Analysis", "Identifier", "LedgerConflict", "Negative", "Tracked"]
 
@@ -358,19 +358,11 @@ class Analysis:
         return [Identifier(value, at, last[value]) for value, at in ordered]
 
     def _pair_closed(self) -> bytearray:
-        n = len(self.transcript)
-        delta = [0] * (n + 2)
-        for obligation in self.obligations:
-            if obligation.kind != "tool_call":
-                continue
-            delta[obligation.opened + 1] += 1
-            delta[n + 1 if obligation.resolved is None else obligation.resolved + 1] -= 1
-        closed = bytearray(n + 1)
-        depth = 0
-        for cut in range(n + 1):
-            depth += delta[cut]
-            closed[cut] = depth == 0
-        return closed
+        # Abandoned calls count as resolved where they were opened.
+        return closed_cuts_of(
+            len(self.transcript),
+            ((o.opened, o.resolved) for o in self.obligations if o.kind == "tool_call"),
+        )
 
     def _protected_head(self) -> int:
         head = self.policy.protected_head

@@ -30,6 +30,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Transcript",
+    "closed_cuts_of",
     "load_messages",
 ]
 
@@ -188,12 +189,25 @@ class Transcript:
 
 
 def _closed_cuts(n: int, calls: list[ToolCall], results: list[ToolResult]) -> bytearray:
-    # A call at message m resolved at message r keeps cuts m+1..r open; never resolved, m+1..n.
+    return closed_cuts_of(
+        n,
+        (
+            (c.message_index, None if c.result is None else results[c.result].message_index)
+            for c in calls
+        ),
+    )
+
+
+def closed_cuts_of(n: int, pairs: Iterable[tuple[int, int | None]]) -> bytearray:
+    """Closedness of every cut 0..n, given (call message, result message or None) pairs.
+
+    A call at message m resolved at message r keeps cuts m+1..r open; never resolved,
+    m+1..n. One difference array: linear in n plus the number of pairs.
+    """
     delta = [0] * (n + 2)
-    for call in calls:
-        delta[call.message_index + 1] += 1
-        end = n + 1 if call.result is None else results[call.result].message_index + 1
-        delta[end] -= 1
+    for opened, resolved in pairs:
+        delta[opened + 1] += 1
+        delta[n + 1 if resolved is None else resolved + 1] -= 1
     closed = bytearray(n + 1)
     depth = 0
     for cut in range(n + 1):
