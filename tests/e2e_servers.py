@@ -259,19 +259,7 @@ class PrometheusServer:
             env=loopback_environment(),
             cwd=self.workdir,
         )
-        process = self.process
-        try:
-            wait_until(
-                lambda: _reachable(f"{self.url}/-/ready") or not process.alive(),
-                timeout=timeout,
-                message="Prometheus did not become ready",
-                describe=process.describe,
-            )
-            if not process.alive():
-                raise AssertionError(f"Prometheus exited\n{process.describe()}")
-        except BaseException:
-            self.stop()
-            raise
+        _await_ready(self.process, f"{self.url}/-/ready", "Prometheus", timeout, self.stop)
         return self
 
     def stop(self) -> None:
@@ -389,19 +377,7 @@ class PhoenixServer:
             env=environment,
             cwd=self.workdir,
         )
-        process = self.process
-        try:
-            wait_until(
-                lambda: _reachable(f"{self.url}/healthz") or not process.alive(),
-                timeout=timeout,
-                message="Phoenix did not become healthy",
-                describe=process.describe,
-            )
-            if not process.alive():
-                raise AssertionError(f"Phoenix exited\n{process.describe()}")
-        except BaseException:
-            self.stop()
-            raise
+        _await_ready(self.process, f"{self.url}/healthz", "Phoenix", timeout, self.stop)
         return self
 
     def stop(self) -> None:
@@ -439,3 +415,22 @@ class PhoenixServer:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _await_ready(
+    process: ManagedProcess, url: str, name: str, timeout: float, stop: Callable[[], None]
+) -> None:
+    """Wait until `url` answers while `process` lives; on failure stop the server and raise,
+    with the process's log in the message."""
+    try:
+        wait_until(
+            lambda: _reachable(url) or not process.alive(),
+            timeout=timeout,
+            message=f"{name} did not become ready at {url}",
+            describe=process.describe,
+        )
+        if not process.alive():
+            raise AssertionError(f"{name} exited\n{process.describe()}")
+    except BaseException:
+        stop()
+        raise
