@@ -16,8 +16,14 @@ async, streamed and not:
   increasing ``sequence_number``;
 * Anthropic Messages, ``POST /v1/messages``: a ``message`` object, or the event stream
   (``message_start``, ``ping``, ``content_block_start``, ``content_block_delta`` with
-  ``text_delta`` or ``input_json_delta``, ``content_block_stop``, ``message_delta``,
-  ``message_stop``).
+  ``text_delta``, ``thinking_delta``/``signature_delta`` or ``input_json_delta``,
+  ``content_block_stop``, ``message_delta``, ``message_stop``).
+
+A :class:`Reply` with ``thinking`` answers with reasoning first, as reasoning models do: a
+``thinking`` block (with an opaque ``signature``) opening an Anthropic message, a ``reasoning``
+item (``rs_...``, its text as a ``summary_text``, streamed with the
+``response.reasoning_summary_*`` events) opening a response's ``output``. Chat Completions
+carries no reasoning and ignores it.
 
 Nothing is generated: the test scripts what the "model" answers next, per API, and every
 request is recorded (parsed JSON body and headers) before it is answered::
@@ -33,6 +39,19 @@ A request that finds nothing scripted for its API is answered with HTTP 500 in t
 error format (the SDK raises ``InternalServerError`` naming the problem); an
 :class:`ErrorReply` scripts a provider error on purpose, and a :class:`RawReply` any JSON body.
 
+With ``FakeLLMServer(validate=True)`` the server also enforces the providers' rules on the
+history a request carries (a tool call answered by its result, a result answered to a call,
+reasoning kept with the output it preceded; see ``provider_rules``): a request breaking one is
+answered with HTTP 400 ``invalid_request_error`` and the provider's own message, as the real
+API would (the SDK raises ``BadRequestError``), without consuming the scripted answer. Its
+:attr:`RecordedRequest.rejection` holds that message, and :attr:`FakeLLMServer.rejections`
+lists the rejected requests::
+
+    server = FakeLLMServer(validate=True)
+    ...
+    [rejected] = server.rejections
+    assert rejected.rejection.startswith("messages.0.content.0: unexpected `tool_use_id`")
+
 As a pytest fixture: importing :func:`fake_llm_server_fixture` into a test module registers the
 ``fake_llm_server`` fixture there (the import looks unused to linters, hence the ``noqa``)::
 
@@ -41,13 +60,16 @@ As a pytest fixture: importing :func:`fake_llm_server_fixture` into a test modul
     def test_chat(fake_llm_server: FakeLLMServer) -> None: ...
 
 The fixture also removes proxy settings from the environment for the duration of the test, so
-that the clients really talk to loopback. The module needs only the standard library, pytest
-and the loopback helpers beside it.
+that the clients really talk to loopback (set ``fake_llm_server.validate = True`` to validate
+there). The module needs only the standard library, pytest and the ``loopback`` and
+``provider_rules`` helpers beside it.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import dataclasses
 import json
 import socket
 import sys
@@ -64,12 +86,20 @@ from urllib.parse import urlsplit
 
 import pytest
 from loopback import LOOPBACK, LoopbackService, bypass_proxies, serve_in_background
+from provider_rules import (
+    ProducedItem,
+    ProducedResponse,
+    anthropic_messages_error,
+    chat_completions_error,
+    responses_error,
+)
 
 __all__ = [
     "LOOPBACK",
     "Api",
     "ErrorReply",
     "FakeLLMServer",
+    "ProducedResponse",
     "RawReply",
     "RecordedRequest",
     "Reply",
@@ -128,11 +158,14 @@ class Reply:
     """What the fake model answers to one request: text, tool calls, or both.
 
     ``model`` overrides the model name echoed back (by default the request's ``model``).
+    ``thinking`` is the reasoning the model produced before answering: an Anthropic
+    ``thinking`` block, a Responses ``reasoning`` item; Chat Completions ignores it.
     """
 
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     model: str | None = None
+    thinking: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +206,9 @@ class RecordedRequest:
     raw_body: bytes
     body: Any
     """The parsed JSON body (None when the body is empty or not JSON)."""
+    rejection: str | None = None
+    """With validation on, the provider's message this request was rejected with (HTTP 400
+    ``invalid_request_error``); None when it was not rejected."""
 
     @property
     def stream(self) -> bool:
@@ -196,20 +232,32 @@ class FakeLLMServer(LoopbackService):
 
     Streamed text and tool arguments are cut into fragments of ``chunk_chars`` characters, so a
     client has to join several deltas to get the whole value.
+
+    With :attr:`validate` on, requests whose history breaks the provider's rules are rejected
+    the way the provider rejects them (see the module docstring); read them with
+    :attr:`rejections`.
     """
 
-    def __init__(self, *, chunk_chars: int = 4) -> None:
+    def __init__(self, *, chunk_chars: int = 4, validate: bool = False) -> None:
         """Create a stopped server.
 
         Args:
             chunk_chars: the length of each streamed text or argument fragment.
+            validate: reject, with the provider's HTTP 400, requests whose history the
+                provider would refuse (off by default: most tests send partial histories on
+                purpose). Can be changed later through :attr:`validate`.
         """
         if chunk_chars <= 0:
             raise ValueError(f"chunk_chars must be positive, got {chunk_chars}")
         self.chunk_chars = chunk_chars
+        self.validate = validate
+        """Whether requests are checked against the providers' rules before being answered."""
         self._lock = threading.Lock()
         self._queues: dict[Api, deque[Scripted]] = {api: deque() for api in _APIS}
         self._requests: list[RecordedRequest] = []
+        # What each Responses answer produced, oldest first: the Responses rules tie a
+        # replayed item to the reasoning item generated before it, which only the server knows.
+        self._produced: list[ProducedResponse] = []
         self._errors: list[str] = []
         self._counter = 0
         self._server: _Server | None = None
@@ -270,9 +318,11 @@ class FakeLLMServer(LoopbackService):
         *,
         tool_calls: Iterable[ToolCall] = (),
         model: str | None = None,
+        thinking: str | None = None,
     ) -> Reply:
-        """Script the next answer of ``api``: ``text``, ``tool_calls``, or both; return it."""
-        reply = Reply(text, tuple(tool_calls), model)
+        """Script the next answer of ``api``: ``text``, ``tool_calls``, or both, after
+        ``thinking`` if given; return it."""
+        reply = Reply(text, tuple(tool_calls), model, thinking)
         self.enqueue_reply(api, reply)
         return reply
 
@@ -299,11 +349,12 @@ class FakeLLMServer(LoopbackService):
             return sum(len(queue) for queue in self._queues.values())
 
     def reset(self) -> None:
-        """Forget every scripted answer and every recorded request."""
+        """Forget every scripted answer, recorded request and produced response."""
         with self._lock:
             for queue in self._queues.values():
                 queue.clear()
             self._requests.clear()
+            self._produced.clear()
 
     # -- recorded requests -------------------------------------------------------------------
 
@@ -324,6 +375,19 @@ class FakeLLMServer(LoopbackService):
         return received[-1]
 
     @property
+    def rejections(self) -> list[RecordedRequest]:
+        """The requests rejected by validation, oldest first; each one's
+        :attr:`RecordedRequest.rejection` is the message it was answered with."""
+        return [request for request in self.requests if request.rejection is not None]
+
+    @property
+    def produced_responses(self) -> list[ProducedResponse]:
+        """The output items of every Responses answer produced so far, oldest first (a copy):
+        which reasoning item preceded which message and function-call items."""
+        with self._lock:
+            return list(self._produced)
+
+    @property
     def errors(self) -> list[str]:
         """Tracebacks of exceptions raised while serving (a copy); empty when all went well.
 
@@ -339,14 +403,34 @@ class FakeLLMServer(LoopbackService):
         with self._lock:
             self._errors.append(text)
 
-    def _record_and_take(self, request: RecordedRequest) -> tuple[Scripted | None, int]:
+    def _record_and_take(
+        self, request: RecordedRequest
+    ) -> tuple[RecordedRequest, Scripted | None, int]:
+        """Record ``request`` (with its rejection, when validation rejects it) and take the
+        next scripted answer of its API, unless it was rejected: the model never saw it."""
         with self._lock:
-            self._requests.append(request)
             self._counter += 1
-            if request.api is None:
-                return None, self._counter
+            if self.validate and request.api is not None and isinstance(request.body, dict):
+                rejection = self._violation(request.api, request.body)
+                if rejection is not None:
+                    request = dataclasses.replace(request, rejection=rejection)
+            self._requests.append(request)
+            if request.api is None or request.rejection is not None:
+                return request, None, self._counter
             queue = self._queues[request.api]
-            return (queue.popleft() if queue else None), self._counter
+            return request, (queue.popleft() if queue else None), self._counter
+
+    def _violation(self, api: Api, body: dict[str, Any]) -> str | None:
+        """The provider's message rejecting ``body``, or None; called holding the lock."""
+        if api == "messages":
+            return anthropic_messages_error(body)
+        if api == "responses":
+            return responses_error(body, self._produced)
+        return chat_completions_error(body)
+
+    def _remember(self, produced: ProducedResponse) -> None:
+        with self._lock:
+            self._produced.append(produced)
 
     def _fragments(self, text: str) -> list[str]:
         size = self.chunk_chars
@@ -428,13 +512,16 @@ class _Handler(BaseHTTPRequestHandler):
             raw_body=raw,
             body=body,
         )
-        reply, number = fake._record_and_take(request)
+        request, reply, number = fake._record_and_take(request)
         api = request.api
         if api is None:
             self._error(None, HTTPStatus.NOT_FOUND, f"FakeLLMServer: no endpoint {self.path}")
             return
         if not isinstance(body, dict):
             self._error(api, HTTPStatus.BAD_REQUEST, "FakeLLMServer: body is not a JSON object")
+            return
+        if request.rejection is not None:
+            self._error(api, HTTPStatus.BAD_REQUEST, request.rejection, "invalid_request_error")
             return
         if reply is None:
             self._error(
@@ -450,6 +537,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(reply.status, reply.body)
             return
         builder = _Builder(fake, body, reply, number)
+        if api == "responses":  # before answering: the client may replay the items right away
+            fake._remember(builder.produced())
         if request.stream:
             events = {
                 "chat": builder.chat_stream,
@@ -530,11 +619,18 @@ class _Builder:
         self.created = int(time.time())
         self.input_tokens = _token_estimate(json.dumps(body))
         produced = (reply.text or "") + "".join(c.arguments_json for c in reply.tool_calls)
-        self.output_tokens = _token_estimate(produced) if produced else 0
+        # Reasoning is billed as output, as the providers do.
+        self.reasoning_tokens = _token_estimate(reply.thinking) if reply.thinking else 0
+        self.output_tokens = (_token_estimate(produced) if produced else 0) + self.reasoning_tokens
 
     def call_id(self, index: int, prefix: str) -> str:
         call = self.reply.tool_calls[index]
         return call.id if call.id is not None else f"{prefix}_fake_{self.number}_{index}"
+
+    @property
+    def signature(self) -> str:
+        """An opaque thinking signature, base64 like Anthropic's, unique to this answer."""
+        return base64.b64encode(f"fake-thinking-signature:{self.number}".encode()).decode()
 
     # -- OpenAI Chat Completions -------------------------------------------------------------
 
@@ -633,10 +729,47 @@ class _Builder:
             "content": content,
         }
 
+    @property
+    def _reasoning_id(self) -> str:
+        return f"rs_fake_{self.number}"
+
+    def _function_item_id(self, index: int) -> str:
+        return f"fc_fake_{self.number}_{index}"
+
+    def _reasoning_item(self, done: bool) -> dict[str, Any]:
+        # The text is the summary (what the Responses API shows of the reasoning); the
+        # encrypted content is there only when the request asks for it with ``include``.
+        summary = [{"type": "summary_text", "text": self.reply.thinking or ""}] if done else []
+        include = self.body.get("include")
+        encrypted = (
+            base64.b64encode(f"fake-encrypted-reasoning:{self.number}".encode()).decode()
+            if done and isinstance(include, list) and "reasoning.encrypted_content" in include
+            else None
+        )
+        return {
+            "id": self._reasoning_id,
+            "type": "reasoning",
+            "summary": summary,
+            "encrypted_content": encrypted,
+        }
+
+    def produced(self) -> ProducedResponse:
+        """What this Responses answer produces, for the rules tying items to reasoning."""
+        items: list[ProducedItem] = []
+        if self.reply.thinking is not None:
+            items.append(ProducedItem("reasoning", self._reasoning_id))
+        if self.reply.text is not None:
+            items.append(ProducedItem("message", f"msg_fake_{self.number}"))
+        items.extend(
+            ProducedItem("function_call", self._function_item_id(i), self.call_id(i, "call"))
+            for i in range(len(self.reply.tool_calls))
+        )
+        return ProducedResponse(f"resp_fake_{self.number}", tuple(items))
+
     def _function_item(self, index: int, arguments: str, status: str) -> dict[str, Any]:
         call = self.reply.tool_calls[index]
         return {
-            "id": f"fc_fake_{self.number}_{index}",
+            "id": self._function_item_id(index),
             "type": "function_call",
             "call_id": self.call_id(index, "call"),
             "name": call.name,
@@ -646,6 +779,8 @@ class _Builder:
 
     def _output(self) -> list[dict[str, Any]]:
         output: list[dict[str, Any]] = []
+        if self.reply.thinking is not None:
+            output.append(self._reasoning_item(done=True))
         if self.reply.text is not None:
             output.append(self._message_item(self.reply.text, "completed"))
         output.extend(
@@ -683,7 +818,7 @@ class _Builder:
                     "input_tokens": self.input_tokens,
                     "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                     "output_tokens": self.output_tokens,
-                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
                     "total_tokens": self.input_tokens + self.output_tokens,
                 }
                 if done
@@ -703,6 +838,30 @@ class _Builder:
         yield event("response.created", response=self.response(status="in_progress"))
         yield event("response.in_progress", response=self.response(status="in_progress"))
         index = 0
+        if self.reply.thinking is not None:
+            thinking = self.reply.thinking
+            place = {"item_id": self._reasoning_id, "output_index": index, "summary_index": 0}
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item=self._reasoning_item(done=False),
+            )
+            empty_summary = {"type": "summary_text", "text": ""}
+            yield event("response.reasoning_summary_part.added", **place, part=empty_summary)
+            for fragment in self.fake._fragments(thinking):
+                yield event("response.reasoning_summary_text.delta", **place, delta=fragment)
+            yield event("response.reasoning_summary_text.done", **place, text=thinking)
+            yield event(
+                "response.reasoning_summary_part.done",
+                **place,
+                part={**empty_summary, "text": thinking},
+            )
+            yield event(
+                "response.output_item.done",
+                output_index=index,
+                item=self._reasoning_item(done=True),
+            )
+            index += 1
         if self.reply.text is not None:
             text = self.reply.text
             item_id = f"msg_fake_{self.number}"
@@ -726,7 +885,7 @@ class _Builder:
             index += 1
         for call_index, call in enumerate(self.reply.tool_calls):
             arguments = call.arguments_json
-            item_id = f"fc_fake_{self.number}_{call_index}"
+            item_id = self._function_item_id(call_index)
             yield event(
                 "response.output_item.added",
                 output_index=index,
@@ -778,6 +937,10 @@ class _Builder:
 
     def message(self) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
+        if self.reply.thinking is not None:
+            content.append(
+                {"type": "thinking", "thinking": self.reply.thinking, "signature": self.signature}
+            )
         if self.reply.text is not None:
             content.append({"type": "text", "text": self.reply.text, "citations": None})
         content.extend(
@@ -806,6 +969,21 @@ class _Builder:
         yield event("message_start", message=self._message_base([], done=False))
         yield event("ping")
         index = 0
+        if self.reply.thinking is not None:
+            # Anthropic opens the block empty, streams the text, then the signature just
+            # before the block stops.
+            yield from block(
+                index,
+                {"type": "thinking", "thinking": "", "signature": ""},
+                [
+                    *(
+                        {"type": "thinking_delta", "thinking": fragment}
+                        for fragment in self.fake._fragments(self.reply.thinking)
+                    ),
+                    {"type": "signature_delta", "signature": self.signature},
+                ],
+            )
+            index += 1
         if self.reply.text is not None:
             yield from block(
                 index,
