@@ -1,119 +1,60 @@
 """Facts about a transcript that every rule and every span evaluation reads.
 
-`Analysis` is built once per (transcript, policy, ledger snapshot) in a single pass: the
-obligations with where they open and where they resolve, the negative results, where each
-identifier is first and last seen, and the cut-closedness that the gate uses. Span questions
-are then answered by bisecting these tables, so evaluating many spans costs no re-scan.
+`Analysis` is built once per (transcript, policy, ledger snapshot) in a single pass over the
+shared facts (each result's outcome, the user turns, the ledger matched to the transcript),
+then each rule's own scan from the registry. The obligations the scans find are kept sorted by
+where they arise, with where they resolve, so span questions are answered by bisecting these
+tables and evaluating many spans costs no re-scan.
+
+The ledger is the runtime's word on what is open: a transcript obligation that the ledger
+records as discharged (a call abandoned, a retry given up, a commitment withdrawn, a
+transaction rolled back, a stray result absorbed) is resolved where it arose.
 """
 
 from __future__ import annotations
 
 import bisect
-import re
-from dataclasses import dataclass
-from operator import itemgetter
-from typing import Any
+import json
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from otel_compaction.ledger import LedgerSnapshot, Obligation
+from otel_compaction.patterns import scanner
 from otel_compaction.policy import Policy
+from otel_compaction.rules.base import Tracked
+from otel_compaction.rules.registry import RULES
 from otel_compaction.transcript import ToolCall, ToolResult, Transcript, closed_cuts_of
 
-__all__ = ["Analysis", "Identifier", "LedgerConflict", "Negative", "Tracked"]
+__all__ = ["Analysis", "Identifier", "LedgerConflict", "Negative", "Outcome", "Tracked"]
 
-# Negative-result and failure shapes are judged on the head of a result: an absence is
-# stated up front, and scanning megabytes of payload for "not found" only finds noise.
-_RESULT_HEAD = 2_000
+# Outcomes are judged on the head of a result: an absence or a failure is stated up front,
+# and scanning megabytes of payload for "not found" only finds noise.
+RESULT_HEAD = 2_000
 
-# A non-ASCII character written as an escape: it may fold case onto an ASCII letter.
-_WIDE_ESCAPE = re.compile(r"\\[uUN]")
+Outcome = Literal["success", "silent", "failure", "absence", "rejection"]
+"""What a result says: it worked (with output, or silently), it failed (and may be retried),
+something was not the case, or the call was refused before it ran."""
 
-
-class _Scan:
-    """A policy regex that runs in ASCII mode on the text where that finds the same matches.
-
-    Python's `re` matches str patterns with Unicode semantics; ASCII semantics run about twice
-    as fast and find exactly the same matches when the text is ASCII without the separators
-    U+001C..U+001F (the only ASCII characters Unicode ``\\s`` adds) and the pattern names no
-    non-ASCII character (one could fold case onto an ASCII letter, as the Kelvin sign does
-    onto ``k``). Everywhere else the policy's own regex runs.
-    """
-
-    __slots__ = ("_ascii", "_unicode")
-
-    def __init__(self, regex: re.Pattern[str]) -> None:
-        self._unicode = regex
-        self._ascii: re.Pattern[str] | None = None
-        source = regex.pattern
-        if source.isascii() and _WIDE_ESCAPE.search(source) is None:
-            try:
-                self._ascii = re.compile(source, (regex.flags & ~re.UNICODE) | re.ASCII)
-            except (re.error, ValueError):  # the pattern asks for Unicode itself: (?u)
-                self._ascii = None
-
-    def _for(self, text: str) -> re.Pattern[str]:
-        if (
-            self._ascii is not None
-            and text.isascii()
-            and "\x1c" not in text
-            and "\x1d" not in text
-            and "\x1e" not in text
-            and "\x1f" not in text
-        ):
-            return self._ascii
-        return self._unicode
-
-    def search(self, text: str) -> re.Match[str] | None:
-        """`re.Pattern.search` of the policy's regex."""
-        return self._for(text).search(text)
-
-    def findall(self, text: str) -> list[Any]:
-        """`re.Pattern.findall` of the policy's regex."""
-        return self._for(text).findall(text)
-
-
-# Keyed by id(); each value holds its regex, so an id cannot be reused while it is cached.
-_SCANS: dict[int, tuple[re.Pattern[str], _Scan]] = {}
-
-
-def _scan(regex: re.Pattern[str] | None) -> _Scan | None:
-    """The `_Scan` of a policy regex (None for none), built once per regex."""
-    if regex is None:
-        return None
-    cached = _SCANS.get(id(regex))
-    if cached is not None and cached[0] is regex:
-        return cached[1]
-    if len(_SCANS) >= 256:
-        _SCANS.clear()
-    scan = _Scan(regex)
-    _SCANS[id(regex)] = (regex, scan)
-    return scan
-
-
-@dataclass(frozen=True, slots=True)
-class Tracked:
-    """One obligation found in the transcript.
-
-    ``opened`` is the message index where it arises, ``resolved`` where its terminal
-    resolution stands (None when it never does). ``rule`` names the rule that reports it.
-    """
-
-    rule: str
-    kind: str
-    id: str
-    name: str
-    opened: int
-    resolved: int | None
-    status: str = "open"
+NEGATIVE_OUTCOMES = frozenset({"failure", "absence", "rejection"})
+# Kinds whose discharge the ledger records for transcript obligations (tool calls have their
+# own, richer comparison).
+_LEDGER_DISCHARGED = ("transaction", "retry", "commitment", "tool_result")
 
 
 @dataclass(frozen=True, slots=True)
 class Negative:
-    """A negative or failed result: what the summary must still say was not the case."""
+    """A negative result: what the summary must still say was not the case.
+
+    ``subjects`` are what the call was about (its argument values), by which a summary may
+    name it; ``outcome`` is ``failure``, ``absence`` or ``rejection``.
+    """
 
     message_index: int
     call_id: str
     tool: str
     text: str
+    subjects: tuple[str, ...] = ()
+    outcome: str = "absence"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +64,8 @@ class Identifier:
     value: str
     first: int
     last: int
+    uses: int = 0
+    """How many later messages refer to it (assistant text, call arguments, user text)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +78,42 @@ class LedgerConflict:
     name: str
     message_index: int | None
     detail: str
+
+
+def call_subjects(call: ToolCall | None) -> tuple[str, ...]:
+    """The argument values a call is about (what a summary names it by), longest first."""
+    if call is None or not call.arguments:
+        return ()
+    try:
+        value: Any = json.loads(call.arguments)
+    except (TypeError, ValueError):
+        value = call.arguments
+    found: list[str] = []
+
+    def walk(item: Any) -> None:
+        if isinstance(item, dict):
+            for inner in item.values():
+                walk(inner)
+        elif isinstance(item, list):
+            for inner in item:
+                walk(inner)
+        elif isinstance(item, str):
+            text = item.strip()
+            if 3 <= len(text) <= 120:
+                found.append(text)
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 1000:
+            found.append(str(item))
+
+    walk(value)
+    return tuple(sorted(dict.fromkeys(found), key=len, reverse=True))
+
+
+def call_target(call: ToolCall) -> str:
+    """A call's arguments in one canonical form (a retry of the same target compares equal)."""
+    try:
+        return json.dumps(json.loads(call.arguments), sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return " ".join(call.arguments.split())
 
 
 class Analysis:
@@ -152,23 +131,32 @@ class Analysis:
         self.abandoned: set[int] = set()
         self.ledger_conflicts: list[LedgerConflict] = []
         self.ledger_only: list[Obligation] = []
+        self._ledger_records: dict[str, dict[str, list[Obligation]]] = {}
         if ledger is not None:
             self._match_ledger(ledger)
-        self.failed = [self._is_failure(r) for r in transcript.results]
-        self.obligations = sorted(
-            self._tool_call_obligations()
-            + self._transactions()
-            + self._retry_chains()
-            + self._commitments(),
-            key=lambda o: o.opened,
-        )
-        self.opened_at = [o.opened for o in self.obligations]
-        self.negatives = self._negatives()
-        self.negative_at = [n.message_index for n in self.negatives]
-        self.identifiers = self._identifiers()
-        self.identifier_first = [i.first for i in self.identifiers]
-        self.pair_closed = self._pair_closed()
+        self.outcomes: list[Outcome] = [self._outcome(r) for r in transcript.results]
+        self.failed = [o == "failure" for o in self.outcomes]
+        self.user_turns = [
+            e.index for e in transcript.entries if e.role == "user" and not e.only_results
+        ]
         self.head = self._protected_head()
+        self.facts: dict[str, Any] = {}
+        tracked: list[Tracked] = []
+        for rule in RULES.values():
+            if rule.scan is None:
+                continue
+            found = rule.scan(self)
+            self.facts[rule.name] = found
+            if isinstance(found, list) and found and isinstance(found[0], Tracked):
+                tracked.extend(found)
+        tracked = self._discharged_by_ledger(tracked)
+        self.stale: dict[tuple[str, str, int], str] = {}
+        tracked = self._stale(tracked)
+        self.obligations = sorted(tracked, key=lambda o: o.opened)
+        self.opened_at = [o.opened for o in self.obligations]
+        self.negatives: list[Negative] = self.facts.get("null_result") or []
+        self.negative_at = [n.message_index for n in self.negatives]
+        self.pair_closed = self._closed()
 
     @classmethod
     def build(
@@ -178,6 +166,11 @@ class Analysis:
         return cls(transcript, policy, ledger)
 
     # -- span queries ------------------------------------------------------------------------
+
+    def closed_cuts(self) -> list[int]:
+        """Every cut the policy lets a span start or end at: no call before it lacks its
+        result before it, and no atomic unit the policy enforces spans it."""
+        return [i for i, closed in enumerate(self.pair_closed) if closed]
 
     def obligations_index(self, start: int) -> int:
         """Position in `obligations` of the first obligation arising at or after `start`."""
@@ -194,175 +187,41 @@ class Analysis:
         lo = bisect.bisect_left(self.negative_at, start)
         return self.negatives[lo : bisect.bisect_left(self.negative_at, end)]
 
-    def identifiers_bound_in(self, start: int, end: int) -> list[Identifier]:
-        """Identifiers first seen in ``start..end-1`` and used again at or after `end`."""
-        lo = bisect.bisect_left(self.identifier_first, start)
-        hi = bisect.bisect_left(self.identifier_first, end)
-        return [i for i in self.identifiers[lo:hi] if i.last >= end]
+    def pending_at(self, start: int, end: int) -> list[Tracked]:
+        """Obligations arising before `end` (and not before `start`) still open at the cut
+        `end`, atomic units and stray results aside."""
+        return [
+            o
+            for o in self.obligations_opened_in(start, end)
+            if o.kind not in ("atomic_unit", "tool_result")
+            and (o.resolved is None or o.resolved >= end)
+        ]
 
-    # -- construction ------------------------------------------------------------------------
-
-    def _is_failure(self, result: ToolResult) -> bool:
-        if result.status == "error":
-            return True
-        regex = _scan(self.policy.error_regex)
-        return regex is not None and regex.search(result.text[:_RESULT_HEAD]) is not None
-
-    def _tool_call_obligations(self) -> list[Tracked]:
-        results = self.transcript.results
-        out: list[Tracked] = []
-        for call in self.transcript.calls:
-            if call.result is not None:
-                result = results[call.result]
-                resolved: int | None = result.message_index
-                status = "error" if self.failed[result.ordinal] else "result"
-            elif call.ordinal in self.abandoned:
-                resolved, status = call.message_index, "abandoned"
-            else:
-                resolved, status = None, "open"
-            out.append(
-                Tracked(
-                    "open_tool_call", "tool_call", call.id, call.name,
-                    call.message_index, resolved, status,
-                )
-            )  # fmt: skip
-        return out
-
-    def _transactions(self) -> list[Tracked]:
-        begin, end = self.policy.transaction_begin_regex, self.policy.transaction_end_regex
-        if begin is None or end is None:
-            return []
-        out: list[Tracked] = []
-        stack: list[ToolCall] = []
-        for call in self.transcript.calls:
-            if begin.search(call.name):
-                stack.append(call)
-            elif end.search(call.name) and stack:
-                opened = stack.pop()
-                out.append(
-                    Tracked(
-                        "open_transaction", "transaction", opened.id, opened.name,
-                        opened.message_index, call.message_index, "result",
-                    )
-                )  # fmt: skip
-        out.extend(
-            Tracked(
-                "open_transaction", "transaction", c.id, c.name, c.message_index, None
-            )
-            for c in stack
-        )  # fmt: skip
-        return out
-
-    def _retry_chains(self) -> list[Tracked]:
-        """A failure opens a retry chain when it asks for a retry or the tool is called again;
-        the chain resolves at the tool's next successful result."""
-        hint = _scan(self.policy.retry_hint_regex)
-        calls = self.transcript.calls
-        last_call_of: dict[str, int] = {}
-        for call in calls:
-            last_call_of[call.name] = call.message_index
-        pending: dict[str, list[ToolResult]] = {}
-        out: list[Tracked] = []
-        for result in self.transcript.results:
-            if result.call is None:
-                continue
-            name = calls[result.call].name
-            if self.failed[result.ordinal]:
-                pending.setdefault(name, []).append(result)
-                continue
-            for failure in pending.pop(name, ()):
-                out.append(self._retry(failure, name, result.message_index))
-        for name, failures in pending.items():
-            for failure in failures:
-                asks = hint is not None and hint.search(failure.text[:_RESULT_HEAD]) is not None
-                if asks or last_call_of[name] > failure.message_index:
-                    out.append(self._retry(failure, name, None))
-        return out
-
-    def _retry(self, failure: ToolResult, name: str, resolved: int | None) -> Tracked:
-        return Tracked(
-            "pending_retry", "retry", failure.call_id, name, failure.message_index, resolved,
-            "result" if resolved is not None else "open",
-        )  # fmt: skip
-
-    def _commitments(self) -> list[Tracked]:
-        regex = _scan(self.policy.commitment_regex)
-        if regex is None:
-            return []
-        call_at = [c.message_index for c in self.transcript.calls]
-        out: list[Tracked] = []
-        for entry in self.transcript.entries:
-            if entry.role != "assistant" or not entry.text:
-                continue
-            match = regex.search(entry.text)
-            if match is None:
-                continue
-            # The next tool call, in this message or a later one, discharges the promise.
-            following = bisect.bisect_left(call_at, entry.index)
-            resolved = call_at[following] if following < len(call_at) else None
-            out.append(
-                Tracked(
-                    "dangling_commitment", "commitment", f"m{entry.index}", match.group(0),
-                    entry.index, resolved, "open" if resolved is None else "result",
-                )
-            )  # fmt: skip
-        return out
-
-    def _negatives(self) -> list[Negative]:
-        policy = self.policy.patterns.null_result
-        regex = _scan(self.policy.null_regex)
-        ignored = set(policy.ignore_tools)
-        calls = self.transcript.calls
-        out: list[Negative] = []
-        for result in self.transcript.results:
-            tool = calls[result.call].name if result.call is not None else ""
-            if tool in ignored:
-                continue
-            head = result.text[:_RESULT_HEAD]
-            negative = (
-                self.failed[result.ordinal]
-                or (policy.empty and not head.strip())
-                or (regex is not None and regex.search(head) is not None)
-            )
-            if negative:
-                excerpt = " ".join(head.split())[:200] or "(empty result)"
-                out.append(Negative(result.message_index, result.call_id, tool, excerpt))
-        return out
-
-    def _identifiers(self) -> list[Identifier]:
-        regex = _scan(self.policy.identifier_regex)
-        if regex is None:
-            return []
-        stop = set(self.policy.patterns.identifiers.stopwords)
-        first: dict[str, int] = {}
-        last: dict[str, int] = {}
-        calls, results = self.transcript.calls, self.transcript.results
-        for entry in self.transcript.entries:
-            texts = [entry.text]
-            if entry.calls:
-                texts += [calls[c].arguments for c in entry.calls]
-            if entry.results:
-                texts += [results[r].text for r in entry.results]
-            index = entry.index
-            for text in texts:
-                if not text:
-                    continue
-                for value in regex.findall(text):
-                    if stop and value in stop:
-                        continue
-                    if value not in first:
-                        first[value] = index
-                    last[value] = index
-        # Sorted by (first, value), as (value, first) pairs: no key function per identifier.
-        ordered = sorted(first.items(), key=itemgetter(1, 0))
-        return [Identifier(value, at, last[value]) for value, at in ordered]
-
-    def _pair_closed(self) -> bytearray:
-        # Abandoned calls count as resolved where they were opened.
-        return closed_cuts_of(
-            len(self.transcript),
-            ((o.opened, o.resolved) for o in self.obligations if o.kind == "tool_call"),
+    def turns_between(self, first: int, last: int) -> int:
+        """User turns in messages ``first+1..last``."""
+        return bisect.bisect_right(self.user_turns, last) - bisect.bisect_right(
+            self.user_turns, first
         )
+
+    # -- shared facts ------------------------------------------------------------------------
+
+    def _outcome(self, result: ToolResult) -> Outcome:
+        policy = self.policy
+        head = result.text[:RESULT_HEAD]
+        rejection = scanner(policy.rejection_regex)
+        if rejection is not None and rejection.search(head) is not None:
+            return "rejection"
+        absence = scanner(policy.null_regex)
+        if absence is not None and absence.search(head) is not None:
+            return "absence"
+        if result.status == "error":
+            return "failure"
+        failure = scanner(policy.error_regex)
+        if failure is not None and failure.search(head) is not None:
+            return "failure"
+        if not head.strip():
+            return "absence" if policy.patterns.null_result.empty else "silent"
+        return "success"
 
     def _protected_head(self) -> int:
         head = self.policy.protected_head
@@ -374,9 +233,64 @@ class Analysis:
             index += 1
         return min(len(self.transcript), index + head.messages)
 
+    def _closed(self) -> bytearray:
+        """Cut closedness: tool calls (abandoned ones resolved where they were opened) and
+        the atomic units whose rule blocks."""
+        pairs: list[tuple[int, int | None]] = []
+        for o in self.obligations:
+            if o.kind == "tool_call" or (
+                o.kind == "atomic_unit" and self.policy.severity(o.rule) == "block"
+            ):
+                pairs.append((o.opened, o.resolved))
+        return closed_cuts_of(len(self.transcript), pairs)
+
+    def _stale(self, tracked: list[Tracked]) -> list[Tracked]:
+        """Mark obligations older than the policy's ``stale_after``. A retry chain or a
+        commitment closes when it goes stale (the model has moved on); a tool call or a
+        transaction is runtime state and stays open, reported as stale."""
+        after = self.policy.stale_after
+        ages = self._ledger_ages()
+        out: list[Tracked] = []
+        for o in tracked:
+            if o.resolved is not None or o.kind in ("atomic_unit", "tool_result"):
+                out.append(o)
+                continue
+            stale_at: int | None = None
+            reason = ""
+            if after.turns is not None:
+                following = bisect.bisect_right(self.user_turns, o.opened)
+                if following + after.turns - 1 < len(self.user_turns):
+                    stale_at = self.user_turns[following + after.turns - 1]
+                    reason = f"{after.turns} user turns have passed since message {o.opened}"
+            age = ages.get((o.kind, o.id))
+            if (
+                not reason
+                and after.seconds is not None
+                and age is not None
+                and (age >= after.seconds)
+            ):
+                reason = f"open for {age:.0f} s (stale after {after.seconds:g} s)"
+            if not reason:
+                out.append(o)
+                continue
+            self.stale[(o.kind, o.id, o.opened)] = reason
+            if o.kind in ("retry", "commitment") and stale_at is not None:
+                out.append(replace(o, resolved=stale_at, status="stale"))
+            else:
+                out.append(o)
+        return out
+
+    def _ledger_ages(self) -> dict[tuple[str, str], float]:
+        if self.ledger is None:
+            return {}
+        return {(o.kind, o.id): o.age_seconds for o in self.ledger.obligations if o.is_open}
+
+    # -- the ledger against the transcript ---------------------------------------------------
+
     def _match_ledger(self, ledger: LedgerSnapshot) -> None:
         """Pair ledger tool-call records with transcript calls of the same id, newest with
-        newest (older calls may already have been compacted out of the transcript)."""
+        newest (older calls may already have been compacted out of the transcript); keep the
+        other kinds' records for `_discharged_by_ledger`."""
         by_id: dict[str, list[ToolCall]] = {}
         for call in self.transcript.calls:
             by_id.setdefault(call.id, []).append(call)
@@ -384,14 +298,46 @@ class Analysis:
         for record in ledger.obligations:
             if record.kind == "tool_call":
                 records.setdefault(record.id, []).append(record)
-            elif record.is_open:
-                self.ledger_only.append(record)
+            else:
+                self._ledger_records.setdefault(record.kind, {}).setdefault(record.id, []).append(
+                    record
+                )
         for call_id, recorded in records.items():
             calls = by_id.get(call_id, [])
             offset = len(calls) - len(recorded)
             for position, record in enumerate(recorded):
                 index = offset + position
                 self._compare(record, calls[index] if index >= 0 else None)
+
+    def _discharged_by_ledger(self, tracked: list[Tracked]) -> list[Tracked]:
+        """Resolve transcript obligations the ledger records as discharged (newest with
+        newest, as for tool calls); open records nothing in the transcript matches are
+        `ledger_only`."""
+        by_key: dict[tuple[str, str], list[int]] = {}
+        for position, o in enumerate(tracked):
+            if o.kind in _LEDGER_DISCHARGED:
+                by_key.setdefault((o.kind, o.id), []).append(position)
+        out = list(tracked)
+        for kind in _LEDGER_DISCHARGED:
+            for obligation_id, recorded in self._ledger_records.get(kind, {}).items():
+                positions = by_key.get((kind, obligation_id), [])
+                offset = len(positions) - len(recorded)
+                for at, record in enumerate(recorded):
+                    index = offset + at
+                    if index < 0:
+                        if record.is_open:
+                            self.ledger_only.append(record)
+                        continue
+                    if not record.is_open:
+                        o = out[positions[index]]
+                        out[positions[index]] = replace(
+                            o, resolved=o.opened, status=record.status or "result"
+                        )
+        for kind, by_id in self._ledger_records.items():
+            if kind in _LEDGER_DISCHARGED:
+                continue
+            self.ledger_only.extend(r for rs in by_id.values() for r in rs if r.is_open)
+        return out
 
     def _compare(self, record: Obligation, call: ToolCall | None) -> None:
         if call is None:

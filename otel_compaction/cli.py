@@ -17,6 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 import yaml
 
+from otel_compaction.analysis import Analysis
 from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH, Archive, ArchivedSpan
 from otel_compaction.errors import CompactionError, CompactionRefused
 from otel_compaction.gate import CompactionGate, Decision, finding_dict
@@ -203,7 +204,7 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
             )
         except CompactionRefused as refused:
             decision = refused.decision
-    report = _report(transcript, findings, decision, policy)
+    report = _report(analysis, findings, decision, policy)
     if args.format == "json":
         json.dump(report, out, ensure_ascii=False)
         out.write("\n")
@@ -215,14 +216,15 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _report(
-    transcript: Transcript, findings: list[Finding], decision: Decision | None, policy: Policy
+    analysis: Analysis, findings: list[Finding], decision: Decision | None, policy: Policy
 ) -> dict[str, Any]:
+    transcript = analysis.transcript
     report: dict[str, Any] = {
         "format": transcript.format,
         "messages": len(transcript),
         "tool_calls": len(transcript.calls),
         "policy": policy.name,
-        "closed_cuts": transcript.closed_cuts(),
+        "closed_cuts": analysis.closed_cuts(),
         "open_calls": [
             {"id": c.id, "name": c.name, "message_index": c.message_index}
             for c in transcript.open_calls()
@@ -250,8 +252,7 @@ def _ranges(cuts: list[int]) -> str:
 
 
 def _meaning(rule: str) -> str:
-    doc = RULES[rule].__doc__ or ""
-    return " ".join(doc.split("\n\n")[0].split())
+    return RULES[rule].summary
 
 
 def _write_text(

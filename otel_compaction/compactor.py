@@ -11,8 +11,9 @@ The caller's list is never modified: a new transcript is returned, so any failur
 summarizer error, an unverified summary, a crash mid-way) leaves the transcript exactly as it
 was, and the archive only ever holds whole, content-addressed spans.
 
-`GuardedCompactor.force_terminal` is the orchestrator's remedy for a refusal: it resolves the
-named tool calls as abandoned through the ledger (recorded as such), so a retry can proceed.
+`GuardedCompactor.force_terminal` is the orchestrator's remedy for a refusal: it discharges
+every obligation the refusal names (a call abandoned, a retry given up, a commitment withdrawn,
+a transaction rolled back, a stray result absorbed) through the ledger, so a retry proceeds.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -34,9 +35,9 @@ from otel_compaction.archive import Archive
 from otel_compaction.context import current_conversation_id
 from otel_compaction.errors import CompactionError, CompactionRefused, LiveSpanCompactionError
 from otel_compaction.gate import CompactionGate, Decision, refusal_error
-from otel_compaction.ledger import ObligationLedger
+from otel_compaction.ledger import ObligationKind, ObligationLedger, ResolutionStatus
 from otel_compaction.policy import Policy
-from otel_compaction.rules import ObligationRef
+from otel_compaction.rules import DISCHARGE, ObligationRef
 from otel_compaction.summarizers import (
     ExtractiveSummarizer,
     Summarizer,
@@ -272,15 +273,20 @@ class GuardedCompactor:
         conversation_id: str | None = None,
         reason: str = "forced terminal before compaction",
     ) -> int:
-        """Resolve the named tool calls as abandoned (the orchestrator's remedy for a
-        refusal); return how many were resolved. Recorded through the ledger and, when a
-        recorder holds the call, as its abandonment span."""
+        """Discharge the named obligations (the orchestrator's remedy for a refusal); return
+        how many were discharged.
+
+        Each kind reaches its terminal state: a tool call ``abandoned``, a retry chain
+        ``given_up``, a commitment ``withdrawn``, a transaction ``rolled_back``, a result with
+        no call ``absorbed``. Each is recorded through the ledger (a tool call the recorder
+        holds also as its abandonment span) and as a ``compaction.obligation.discharged``
+        event on a ``compaction.force_terminal`` span. A severed call is left alone: the
+        ledger already has its resolution, and a second one would hide the severance.
+        """
         severed: set[ObligationRef | None] = set()
         if isinstance(obligations, CompactionRefused):
             refs: Iterable[ObligationRef] = obligations.obligations
             conversation_id = conversation_id or obligations.decision.conversation_id
-            # A severed call already has its resolution in the ledger (the transcript lost
-            # it): abandoning it would record a second one and hide the severance.
             severed = {
                 f.obligation
                 for f in obligations.decision.findings
@@ -290,21 +296,43 @@ class GuardedCompactor:
             refs = obligations
         # The same conversation `compact` cross-checks: the current scope when none is named.
         conversation_id = conversation_id or current_conversation_id()
-        resolved = 0
-        for ref in refs:
-            if ref.kind != "tool_call" or ref in severed:
-                continue
-            if self.telemetry is not None and self.telemetry.recorder.resolve(
+        discharged = 0
+        with self._tracer.start_as_current_span(
+            semconv.FORCE_TERMINAL_SPAN, kind=SpanKind.INTERNAL
+        ) as span:
+            for ref in refs:
+                status = DISCHARGE.get(ref.kind)
+                if status is None or ref in severed:
+                    continue
+                self._discharge(ref, status, conversation_id, reason)
+                discharged += 1
+                span.add_event(
+                    semconv.EVENT_DISCHARGED,
+                    {
+                        semconv.OBLIGATION_KIND: ref.kind,
+                        semconv.OBLIGATION_ID: ref.id,
+                        semconv.OBLIGATION_STATUS: status,
+                    },
+                )
+        return discharged
+
+    def _discharge(
+        self, ref: ObligationRef, status: str, conversation_id: str | None, reason: str
+    ) -> None:
+        kind = cast("ObligationKind", ref.kind)
+        terminal = cast("ResolutionStatus", status)
+        if (
+            kind == "tool_call"
+            and self.telemetry is not None
+            and self.telemetry.recorder.resolve(
                 ref.id, reason, status="abandoned", conversation_id=conversation_id
-            ):
-                resolved += 1
-                continue
-            if self.ledger.resolve(conversation_id, ref.id, "abandoned") is None:
-                # The ledger never saw the call (it came from the transcript alone).
-                self.ledger.open(conversation_id, "tool_call", ref.id, name=ref.name)
-                self.ledger.resolve(conversation_id, ref.id, "abandoned")
-            resolved += 1
-        return resolved
+            )
+        ):
+            return
+        if self.ledger.resolve(conversation_id, ref.id, terminal, kind=kind) is None:
+            # The ledger never saw it (it came from the transcript alone).
+            self.ledger.open(conversation_id, kind, ref.id, name=ref.name)
+            self.ledger.resolve(conversation_id, ref.id, terminal, kind=kind)
 
     def compact_or_force(
         self,
@@ -314,7 +342,7 @@ class GuardedCompactor:
         critical: bool | None = None,
         force: bool = False,
     ) -> CompactionResult:
-        """`compact`; on a refusal over open tool calls, `force_terminal` them and retry once."""
+        """`compact`; on a refusal over open obligations, `force_terminal` them and retry once."""
         try:
             return self.compact(
                 messages, conversation_id=conversation_id, critical=critical, force=force

@@ -35,7 +35,7 @@ from otel_compaction.errors import (
 )
 from otel_compaction.ledger import ObligationLedger
 from otel_compaction.policy import Policy
-from otel_compaction.rules import Finding, ObligationRef, SpanView, run_rules
+from otel_compaction.rules import RULES, Finding, ObligationRef, SpanView, run_rules
 from otel_compaction.transcript import Transcript
 
 __all__ = ["Action", "CompactionGate", "Decision", "MustCarry", "SpanError"]
@@ -44,19 +44,9 @@ _log = logging.getLogger(__name__)
 
 Action = Literal["compact", "defer", "refuse"]
 
-# Rules whose blocking findings are obligations (something is still owed); the others are
-# quiescence conditions and refuse with LiveSpanCompactionError.
-_OBLIGATION_RULES = frozenset(
-    {
-        "open_tool_call",
-        "orphan_result",
-        "open_transaction",
-        "pending_retry",
-        "dangling_commitment",
-        "ledger_mismatch",
-        "severed_obligation",
-    }
-)
+# Rules whose blocking findings are obligations (something is still owed, or a unit the
+# provider needs whole); the quiescence rules refuse with LiveSpanCompactionError.
+_OBLIGATION_RULES = frozenset(name for name, rule in RULES.items() if rule.kind != "quiescence")
 # How many shorter spans the deferral search tries before it gives up and refuses.
 _MAX_DEFERRAL_PROBES = 64
 
@@ -74,6 +64,8 @@ class MustCarry:
     pending: tuple[ObligationRef, ...] = ()
     abandoned: tuple[ObligationRef, ...] = ()
     """Calls resolved as abandoned through the ledger: no result will ever come."""
+    identifiers_left_out: int = 0
+    """Identifiers past the policy's ``max_identifiers``: the archive handle covers them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +98,14 @@ class Decision:
         start, end = self.span
         named = "; ".join(ref.describe() for ref in self.obligations) or "none"
         if self.action == "refuse":
-            return f"refusing compaction of messages {start}..{end - 1}: open obligations: {named}"
+            remedies = (
+                "; ".join(f"{ref.describe()}: {ref.discharge}" for ref in self.obligations)
+                or "none"
+            )
+            return (
+                f"refusing compaction of messages {start}..{end - 1}: open obligations "
+                f"(and how to discharge them): {remedies}"
+            )
         if self.action == "defer":
             rs, re_ = self.requested
             return (
@@ -140,6 +139,7 @@ class Decision:
                 ],
                 "pending": [_ref_dict(r) for r in self.must_carry.pending],
                 "abandoned": [_ref_dict(r) for r in self.must_carry.abandoned],
+                "identifiers_left_out": self.must_carry.identifiers_left_out,
             },
         }
 
@@ -151,7 +151,13 @@ class Decision:
 
 
 def _ref_dict(ref: ObligationRef) -> dict[str, Any]:
-    return {"kind": ref.kind, "id": ref.id, "name": ref.name, "message_index": ref.message_index}
+    return {
+        "kind": ref.kind,
+        "id": ref.id,
+        "name": ref.name,
+        "message_index": ref.message_index,
+        "discharge": ref.discharge,
+    }
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:
@@ -333,7 +339,7 @@ def _decide(
                 "compact",
                 (start, candidate),
                 findings=tuple(findings),
-                must_carry=_must_carry(analysis, findings),
+                must_carry=must_carry(analysis, findings, start, candidate),
                 extended=candidate != end,
             )
 
@@ -348,7 +354,7 @@ def _decide(
                 (start, c),
                 obligations=named,
                 findings=tuple(older),
-                must_carry=_must_carry(analysis, older),
+                must_carry=must_carry(analysis, older, start, c),
             )
     # A refusal reports the span as requested (the contract), protected head included.
     return decision("refuse", requested, obligations=named, findings=tuple(findings))
@@ -428,21 +434,40 @@ def _last_quiescent_cut(
     return best
 
 
-def _must_carry(analysis: Analysis, findings: list[Finding]) -> MustCarry:
-    carried = [f for f in findings if f.severity == "carry"]
+def must_carry(
+    analysis: Analysis,
+    findings: list[Finding],
+    start: int,
+    end: int,
+    *,
+    levels: tuple[str, ...] = ("carry",),
+) -> MustCarry:
+    """What a summary of ``[start, end)`` must carry, from the span's `findings` of a
+    severity in `levels`: the identifiers and negatives, the obligations still pending at the
+    cut (stale ones included), those only the ledger holds, and the calls abandoned through
+    the ledger."""
+    carried = [f for f in findings if f.severity in levels]
     identifiers = tuple(
         f.obligation.id for f in carried if f.rule == "unresolved_reference" and f.obligation
     )
+    left_out = 0
+    if any(f.rule == "unresolved_reference" for f in carried):
+        from otel_compaction.rules.unresolved_reference import owed
+
+        left_out = owed(analysis, start, end)[1]
     negative_at = {f.message_index for f in carried if f.rule == "null_result"}
-    negatives = tuple(n for n in analysis.negatives if n.message_index in negative_at)
-    pending = tuple(
-        ObligationRef(o.kind, o.id, o.opened, o.name)
-        for o in analysis.obligations
-        if o.resolved is None
-    ) + tuple(ObligationRef(r.kind, r.id, None, r.name) for r in analysis.ledger_only)
+    negatives = tuple(
+        n for n in analysis.negatives_in(start, end) if n.message_index in negative_at
+    )
+    pending = [
+        ObligationRef(o.kind, o.id, o.opened, o.name, o.subjects)
+        for o in analysis.pending_at(0, end)
+    ]
+    pending += [f.obligation for f in carried if f.rule == "stale_obligation" and f.obligation]
+    pending += [ObligationRef(r.kind, r.id, None, r.name) for r in analysis.ledger_only]
     abandoned = tuple(
         ObligationRef(o.kind, o.id, o.opened, o.name)
         for o in analysis.obligations
         if o.status == "abandoned"
     )
-    return MustCarry(identifiers, negatives, pending, abandoned)
+    return MustCarry(identifiers, negatives, tuple(dict.fromkeys(pending)), abandoned, left_out)

@@ -26,8 +26,13 @@ __all__ = [
     "ResolutionStatus",
 ]
 
-ObligationKind = Literal["tool_call", "transaction", "retry", "commitment"]
-ResolutionStatus = Literal["result", "error", "abandoned"]
+ObligationKind = Literal["tool_call", "transaction", "retry", "commitment", "tool_result"]
+ResolutionStatus = Literal[
+    "result", "error", "abandoned", "given_up", "withdrawn", "rolled_back", "absorbed"
+]
+"""``result``/``error``/``abandoned`` end a tool call; the forced terminal states of the other
+kinds are ``given_up`` (a retry chain), ``withdrawn`` (a commitment), ``rolled_back`` (a
+transaction) and ``absorbed`` (a result with no call)."""
 
 DEFAULT_CONVERSATION = ""
 

@@ -12,67 +12,24 @@ import re
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from otel_compaction.errors import PolicyError
+from otel_compaction.patterns import compile_patterns
+from otel_compaction.rules.base import Severity
+from otel_compaction.rules.registry import BUILTIN_POLICIES, RULE_NAMES, RULES, severities_of
 
 __all__ = ["BUILTIN_POLICIES", "RULE_NAMES", "Policy", "Severity", "builtin_policy_dir"]
-
-Severity = Literal["block", "carry", "warn", "off"]
-
-RULE_NAMES: tuple[str, ...] = (
-    "open_tool_call",
-    "orphan_result",
-    "open_transaction",
-    "pending_retry",
-    "dangling_commitment",
-    "null_result",
-    "unresolved_reference",
-    "not_addressable",
-    "ledger_mismatch",
-    "severed_obligation",
-)
-
-BUILTIN_POLICIES: tuple[str, ...] = ("default", "strict", "lenient")
-
-RuleName = Literal[
-    "open_tool_call",
-    "orphan_result",
-    "open_transaction",
-    "pending_retry",
-    "dangling_commitment",
-    "null_result",
-    "unresolved_reference",
-    "not_addressable",
-    "ledger_mismatch",
-    "severed_obligation",
-]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_GLOBAL_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
-
-
-def _scoped(pattern: str) -> str:
-    """``(?i)word`` -> ``(?i:word)``: a leading flag group may only stand at the very start of
-    a whole expression, so each alternative keeps its flags to itself."""
-    match = _GLOBAL_FLAGS.match(pattern)
-    if match is None:
-        return f"(?:{pattern})"
-    return f"(?{match.group(1)}:{pattern[match.end() :]})"
-
-
-def _compile(patterns: list[str]) -> re.Pattern[str] | None:
-    """One alternation for a list, so a rule scans each text once."""
-    if not patterns:
-        return None
-    return re.compile("|".join(_scoped(p) for p in patterns))
+_compile = compile_patterns
 
 
 class _Patterns(_Model):
@@ -91,20 +48,10 @@ class _Patterns(_Model):
         return value
 
 
-class Severities(_Model):
+class _SeveritiesBase(_Model):
     """What each rule's finding does to a span: block it, carry it into the summary,
-    report it, or nothing."""
-
-    open_tool_call: Severity = "block"
-    orphan_result: Severity = "block"
-    open_transaction: Severity = "block"
-    pending_retry: Severity = "block"
-    dangling_commitment: Severity = "block"
-    null_result: Severity = "carry"
-    unresolved_reference: Severity = "carry"
-    not_addressable: Severity = "carry"
-    ledger_mismatch: Severity = "block"
-    severed_obligation: Severity = "block"
+    report it, or nothing. One field per rule of the registry, defaulting to its severity
+    under the ``default`` policy."""
 
     @field_validator("*", mode="before")
     @classmethod
@@ -117,26 +64,51 @@ class Severities(_Model):
         value: Severity = getattr(self, rule)
         return value
 
+    if TYPE_CHECKING:  # one field per registered rule, made at import
+
+        def __getattr__(self, rule: str) -> Severity: ...
+
+
+_DEFAULT_SEVERITIES = severities_of("default")
+if TYPE_CHECKING:
+    Severities = _SeveritiesBase
+else:
+    Severities = create_model(
+        "Severities",
+        __base__=_SeveritiesBase,
+        **{name: (Severity, _DEFAULT_SEVERITIES[name]) for name in RULE_NAMES},
+    )
+
 
 class NullResultPatterns(_Patterns):
-    """How a negative result (empty, not found, error) is recognised."""
+    """How a result that says something was not the case (not found, no matches, an empty
+    search result) is recognised; failures and rejections are negatives too."""
 
-    empty: bool = True
+    empty: bool = False
+    """Whether an empty result is a negative (False: a command that succeeded silently)."""
     patterns: list[str] = Field(default_factory=list)
     ignore_tools: list[str] = Field(default_factory=list)
 
 
 class RetryPatterns(_Patterns):
-    """How a failed call is recognised, and which failures ask to be retried."""
+    """How a failed (and retryable) call is recognised beyond an error status."""
 
     error: list[str] = Field(default_factory=list)
-    hint: list[str] = Field(default_factory=list)
+
+
+class RejectionPatterns(_Patterns):
+    """How a call refused before it ran (a human rejection, a denied permission) is
+    recognised: a negative result and a resolution, never a retry."""
+
+    patterns: list[str] = Field(default_factory=list)
 
 
 class CommitmentPatterns(_Patterns):
-    """Phrases by which the assistant promises an action; the next tool call discharges one."""
+    """Phrases by which the assistant promises an action; the next tool call discharges one.
+    A sentence that is a question, or matches ``conditional`` (waiting on the user), is none."""
 
     patterns: list[str] = Field(default_factory=list)
+    conditional: list[str] = Field(default_factory=list)
 
 
 class TransactionPatterns(_Patterns):
@@ -147,10 +119,14 @@ class TransactionPatterns(_Patterns):
 
 
 class IdentifierPatterns(_Patterns):
-    """Shapes of identifiers (codes, ids, paths) that later messages may still refer to."""
+    """Shapes of identifiers (codes, ids, paths) that later messages may still refer to.
+    A shape must match a whole value (see `otel_compaction.identifiers`)."""
 
     patterns: list[str] = Field(default_factory=list)
     stopwords: list[str] = Field(default_factory=list)
+    max_identifiers: int | None = Field(default=40, ge=0)
+    """At most this many identifiers a summary must carry, the most used first; the archive
+    handle covers the rest. None for no cap."""
 
 
 class Patterns(_Model):
@@ -158,6 +134,7 @@ class Patterns(_Model):
 
     null_result: NullResultPatterns = NullResultPatterns()
     retry: RetryPatterns = RetryPatterns()
+    rejection: RejectionPatterns = RejectionPatterns()
     commitment: CommitmentPatterns = CommitmentPatterns()
     transaction: TransactionPatterns = TransactionPatterns()
     identifiers: IdentifierPatterns = IdentifierPatterns()
@@ -180,6 +157,14 @@ class Thresholds(_Model):
     critical: float = Field(default=0.9, gt=0, le=1)
     target: float = Field(default=0.5, gt=0, le=1)
     keep_recent: int = Field(default=2, ge=0)
+
+
+class StaleAfter(_Model):
+    """When an open obligation is stale: after this many user turns in the transcript, or
+    this many seconds open in the ledger (None switches either off)."""
+
+    turns: int | None = Field(default=3, ge=1)
+    seconds: float | None = Field(default=1800, gt=0)
 
 
 class SummaryChecks(_Model):
@@ -207,9 +192,20 @@ class Policy(_Model):
     patterns: Patterns = Patterns()
     extension_limit: int = Field(default=16, ge=0)
     protected_head: ProtectedHead = ProtectedHead()
-    archived_relaxes: list[RuleName] = Field(default_factory=list)
+    archived_relaxes: list[str] = Field(default_factory=list)
+    stale_after: StaleAfter = StaleAfter()
     thresholds: Thresholds = Thresholds()
     summaries: SummaryChecks = SummaryChecks()
+
+    @field_validator("archived_relaxes")
+    @classmethod
+    def _known_rules(cls, value: list[str]) -> list[str]:
+        unknown = [name for name in value if name not in RULES]
+        if unknown:
+            raise ValueError(
+                f"unknown rule {unknown[0]!r}; expected one of {', '.join(RULE_NAMES)}"
+            )
+        return value
 
     # -- compiled patterns (the model is frozen, so caching is safe) ---------------------------
 
@@ -224,14 +220,19 @@ class Policy(_Model):
         return _compile(self.patterns.retry.error)
 
     @cached_property
-    def retry_hint_regex(self) -> re.Pattern[str] | None:
-        """Retry-request patterns as one regex."""
-        return _compile(self.patterns.retry.hint)
+    def rejection_regex(self) -> re.Pattern[str] | None:
+        """Rejection patterns as one regex."""
+        return _compile(self.patterns.rejection.patterns)
 
     @cached_property
     def commitment_regex(self) -> re.Pattern[str] | None:
         """Commitment phrases as one regex."""
         return _compile(self.patterns.commitment.patterns)
+
+    @cached_property
+    def commitment_conditional_regex(self) -> re.Pattern[str] | None:
+        """Sentences that wait on the user, as one regex."""
+        return _compile(self.patterns.commitment.conditional)
 
     @cached_property
     def transaction_begin_regex(self) -> re.Pattern[str] | None:
@@ -250,7 +251,7 @@ class Policy(_Model):
 
     def severity(self, rule: str, *, addressable: bool = False) -> Severity:
         """The severity of `rule`, relaxed from block to carry when the span is archived."""
-        value = self.rules.of(rule)
+        value: Severity = self.rules.of(rule)
         if addressable and value == "block" and rule in self.archived_relaxes:
             return "carry"
         return value
@@ -259,22 +260,34 @@ class Policy(_Model):
 
     @classmethod
     def load(cls, name_or_path: str | Path = "default") -> Policy:
-        """Load a built-in policy by name or a YAML policy file by path."""
+        """Load a built-in policy by name (``default``, ``strict``, ``lenient``: always the
+        built-in one; a file of that name needs a path such as ``./default.yaml``) or a YAML
+        policy file by path."""
         text = str(name_or_path)
-        if text in BUILTIN_POLICIES and not Path(text).exists():
+        if isinstance(name_or_path, str) and text in BUILTIN_POLICIES:
             path = builtin_policy_dir() / f"{text}.yaml"
-        else:
-            path = Path(text)
-            if not path.is_file():
-                raise PolicyError(
-                    f"{text}: no such policy file, and not a built-in policy "
-                    f"({', '.join(BUILTIN_POLICIES)})"
-                )
-        return cls.from_yaml(path.read_text(encoding="utf-8"), source=str(path))
+            return cls.from_yaml(path.read_text(encoding="utf-8"), source=str(path), builtin=text)
+        path = Path(text)
+        if not path.is_file():
+            raise PolicyError(
+                f"{text}: no such policy file, and not a built-in policy "
+                f"({', '.join(BUILTIN_POLICIES)})"
+            )
+        builtin = _builtin_name(path)
+        try:
+            body = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyError(f"{text}: cannot read the policy file: {exc}") from None
+        return cls.from_yaml(body, source=str(path), builtin=builtin)
 
     @classmethod
-    def from_yaml(cls, text: str, *, source: str = "<policy>") -> Policy:
-        """Parse and validate policy YAML; errors name `source`, the key path and the problem."""
+    def from_yaml(
+        cls, text: str, *, source: str = "<policy>", builtin: str | None = None
+    ) -> Policy:
+        """Parse and validate policy YAML; errors name `source`, the key path and the problem.
+
+        `builtin` names the built-in policy the text is, whose severities come from the rule
+        registry (the file may still override them)."""
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -286,6 +299,11 @@ class Policy(_Model):
             data = {}
         if not isinstance(data, dict):
             raise PolicyError(f"{source}: expected a mapping at the top, got {type(data).__name__}")
+        if builtin is not None:
+            rules = data.get("rules") or {}
+            if not isinstance(rules, dict):
+                raise PolicyError(f"{source}: rules: expected a mapping of rule to severity")
+            data = {**data, "rules": {**severities_of(builtin), **rules}}
         data = _inherit(data, source)
         try:
             return cls.model_validate(data)
@@ -294,6 +312,18 @@ class Policy(_Model):
             key = ".".join(str(part) for part in first["loc"]) or "(top)"
             more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
             raise PolicyError(f"{source}: {key}: {first['msg']}{more}") from None
+
+
+def _builtin_name(path: Path) -> str | None:
+    """The built-in policy `path` is, when it is one of the shipped files."""
+    try:
+        resolved = path.resolve()
+    except OSError:
+        return None
+    for name in BUILTIN_POLICIES:
+        if (builtin_policy_dir() / f"{name}.yaml").resolve() == resolved:
+            return name
+    return None
 
 
 def _inherit(data: dict[str, Any], source: str) -> dict[str, Any]:
@@ -305,12 +335,13 @@ def _inherit(data: dict[str, Any], source: str) -> dict[str, Any]:
     if not isinstance(base_name, str):
         raise PolicyError(f"{source}: extends: expected a policy name or path, got {base_name!r}")
     if base_name in BUILTIN_POLICIES:
-        base_path = builtin_policy_dir() / f"{base_name}.yaml"
+        base_policy = Policy.load(base_name)
     else:
         base_path = (Path(source).parent / base_name).resolve()
-    if str(base_path) == str(Path(source).resolve()):
-        raise PolicyError(f"{source}: extends: a policy cannot extend itself")
-    base = Policy.load(base_path).model_dump(mode="python", exclude={"name", "description"})
+        if str(base_path) == str(Path(source).resolve()):
+            raise PolicyError(f"{source}: extends: a policy cannot extend itself")
+        base_policy = Policy.load(base_path)
+    base = base_policy.model_dump(mode="python", exclude={"name", "description"})
     base["extends"] = base_name
     return _merge(base, data)
 

@@ -72,6 +72,10 @@ EVENT_EXTENDED: Final = "compaction.extended"
 EVENT_DEFERRED: Final = "compaction.deferred"
 EVENT_REFUSED: Final = "compaction.refused"
 EVENT_ABANDONED: Final = "compaction.obligation.abandoned"
+EVENT_DISCHARGED: Final = "compaction.obligation.discharged"
+"""An obligation forced to a terminal state by `force_terminal` (kind, id, status)."""
+FORCE_TERMINAL_SPAN: Final = "compaction.force_terminal"
+"""The orchestrator's remedy for a refusal: one span, one discharge event per obligation."""
 EVENT_RETRY_ATTEMPT: Final = "compaction.retry.attempt"
 
 # -- metrics --------------------------------------------------------------------------------------

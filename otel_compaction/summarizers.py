@@ -12,16 +12,16 @@ span, and the archive handle of the verbatim original.
 * `ModelSummarizer` drives a user's OpenAI-compatible or Anthropic client with that structured
   input as JSON.
 
-`verify` is the check every summary must pass before it may replace a span: every identifier
-that must be carried appears verbatim, and every negative result is stated (the contradiction
-probe: the summary alone answers "what did we establish was not the case").
+`verify` (from `otel_compaction.verification`) is the check every summary must pass before it
+may replace a span: every identifier that must be carried appears, every negative result is
+stated (the contradiction probe: the summary alone answers "what did we establish was not the
+case"), and every pending obligation is stated as pending.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 from otel_compaction.analysis import Negative
 from otel_compaction.rules import ObligationRef
 from otel_compaction.transcript import Transcript
+from otel_compaction.verification import Verification, verify
 
 __all__ = [
     "ExtractiveSummarizer",
@@ -40,10 +41,6 @@ __all__ = [
 ]
 
 _EXCERPT = 160
-_NEGATION = re.compile(
-    r"(?i)\b(?:not|no|none|nothing|never|empty|failed|failure|error|errored|unavailable|"
-    r"missing|absent|without|zero)\b|n't\b"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,59 +89,6 @@ class Summarizer(Protocol):
     def summarize(self, request: SummaryRequest) -> str:
         """Return the summary of ``request.messages``."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class Verification:
-    """The outcome of `verify`: what a summary failed to carry, if anything."""
-
-    missing_identifiers: tuple[str, ...] = ()
-    missing_negatives: tuple[Negative, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing is missing."""
-        return not self.missing_identifiers and not self.missing_negatives
-
-    def describe(self) -> tuple[str, ...]:
-        """Each missing item as one line, as a retry names them to the summarizer."""
-        lines = [f"identifier {value!r} must appear verbatim" for value in self.missing_identifiers]
-        lines.extend(
-            f"negative result of {n.tool or 'tool'} ({n.call_id}) must be stated: {n.text}"
-            for n in self.missing_negatives
-        )
-        return tuple(lines)
-
-
-def verify(summary: str, request: SummaryRequest) -> Verification:
-    """Check `summary` carries every identifier verbatim and states every negative result.
-
-    An identifier counts only as a whole token (``ZFA04Y`` is not carried by ``ZFA04Y7``). A
-    negative counts as stated when a line of the summary names its call id, or names its tool
-    (as a whole word) and says what was not the case (a negation on the same line).
-    """
-    missing_ids = tuple(v for v in request.identifiers if not _token(v).search(summary))
-    lines = summary.splitlines()
-    missing_negatives = tuple(
-        negative for negative in request.negatives if not _states(lines, negative)
-    )
-    return Verification(missing_ids, missing_negatives)
-
-
-def _token(value: str) -> re.Pattern[str]:
-    """`value` standing alone: not inside a longer word, code or name."""
-    return re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])")
-
-
-def _states(lines: list[str], negative: Negative) -> bool:
-    call = _token(negative.call_id) if negative.call_id else None
-    tool = _token(negative.tool) if negative.tool else None
-    for line in lines:
-        if call is not None and call.search(line):
-            return True
-        if tool is not None and tool.search(line) and _NEGATION.search(line):
-            return True
-    return False
 
 
 def retry_request(request: SummaryRequest, verification: Verification) -> SummaryRequest:

@@ -9,15 +9,22 @@ Three wire formats are read, detected per message so a transcript may mix them:
 * OpenAI Responses items: ``function_call`` / ``function_call_output`` (and the custom and
   computer tool variants) joined by ``call_id``.
 
-Pairing is exact: a result resolves the earliest still-unanswered call with the same id in an
-earlier message, because real transcripts reuse ids. Parsing is a single pass; the closed
-cuts come from one difference array, so everything here is linear in the transcript size.
+Pairing is exact: a result resolves the latest still-unanswered call with the same id in an
+earlier message (the call it follows, as the providers pair them), because real transcripts
+reuse ids. Parsing is a single pass; the closed cuts come from one difference array, so
+everything here is linear in the transcript size.
+
+Besides pairing, the providers reject cuts inside some runs of messages; the parser records
+them as `Unit`s: an Anthropic extended-thinking tool loop (an assistant turn that starts with a
+``thinking`` block, through its ``tool_use``/``tool_result`` rounds, up to the next user
+message that is not only tool results), an OpenAI Responses ``reasoning`` item with the items it
+produced, and one model response split over consecutive assistant messages (or sharing one
+``id``). Which of them constrain a cut is the policy's choice (the atomicity rules).
 """
 
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +37,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Transcript",
+    "Unit",
     "closed_cuts_of",
     "load_messages",
 ]
@@ -70,6 +78,13 @@ _RESPONSES_PASSIVE: Final = frozenset(
     }
 )
 _TEXT_PARTS: Final = frozenset({"text", "input_text", "output_text", "refusal"})
+_THINKING: Final = frozenset({"thinking", "redacted_thinking"})
+# Responses items the model outputs (what a reasoning item produces), as opposed to inputs.
+_RESPONSES_OUTPUT_ITEMS: Final = frozenset({"message", *_RESPONSES_CALLS})
+
+THINKING_TOOL_LOOP: Final = "thinking_tool_loop"
+REASONING_ITEM: Final = "reasoning_item"
+SPLIT_RESPONSE: Final = "split_response"
 
 
 @dataclass(slots=True)
@@ -105,7 +120,11 @@ class ToolResult:
 
 @dataclass(slots=True)
 class Entry:
-    """One message: its role, detected format, prose text and the calls and results it holds."""
+    """One message: its role, detected format, prose text and the calls and results it holds.
+
+    ``item`` is the Responses item type (empty for role messages), ``thinking`` whether the
+    message opens with an Anthropic thinking block, ``response_id`` the message's own ``id``.
+    """
 
     index: int
     role: str
@@ -114,6 +133,24 @@ class Entry:
     chars: int
     calls: list[int] = field(default_factory=list)
     results: list[int] = field(default_factory=list)
+    item: str = ""
+    thinking: bool = False
+    response_id: str | None = None
+
+    @property
+    def only_results(self) -> bool:
+        """True for a message that carries tool results and no prose of its own."""
+        return bool(self.results) and not self.text.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """Messages ``first..last`` that a provider requires to stay together; ``kind`` is one of
+    ``thinking_tool_loop``, ``reasoning_item``, ``split_response``."""
+
+    kind: str
+    first: int
+    last: int
 
 
 class Transcript:
@@ -131,7 +168,7 @@ class Transcript:
         [0, 1, 3]
     """
 
-    __slots__ = ("_closed", "calls", "entries", "format", "messages", "results")
+    __slots__ = ("_closed", "calls", "entries", "format", "messages", "results", "units")
 
     def __init__(
         self,
@@ -147,6 +184,7 @@ class Transcript:
         formats = {e.format for e in entries if e.format != PLAIN}
         self.format = formats.pop() if len(formats) == 1 else (MIXED if formats else PLAIN)
         self._closed = _closed_cuts(len(entries), calls, results)
+        self.units = atomic_units(entries)
 
     @classmethod
     def parse(cls, messages: Iterable[Any]) -> Transcript:
@@ -168,7 +206,8 @@ class Transcript:
         return bool(self._closed[cut])
 
     def closed_cuts(self) -> list[int]:
-        """Every closed cut, 0 through ``len(self)``, ascending."""
+        """Every pairing-closed cut, 0 through ``len(self)``, ascending (the atomic units
+        are the policy's to apply: see `Analysis.closed_cuts`)."""
         return [i for i, closed in enumerate(self._closed) if closed]
 
     def open_calls(self) -> list[ToolCall]:
@@ -176,7 +215,8 @@ class Transcript:
         return [c for c in self.calls if c.result is None]
 
     def orphan_results(self) -> list[ToolResult]:
-        """Results with no earlier unanswered call of the same id."""
+        """Results with no earlier unanswered call of the same id (no call at all, or a
+        second result for an answered call)."""
         return [r for r in self.results if r.call is None]
 
     def result_of(self, call: ToolCall) -> ToolResult | None:
@@ -214,6 +254,54 @@ def closed_cuts_of(n: int, pairs: Iterable[tuple[int, int | None]]) -> bytearray
         depth += delta[cut]
         closed[cut] = depth == 0
     return closed
+
+
+def atomic_units(entries: Sequence[Entry]) -> list[Unit]:
+    """The runs of messages a provider rejects a cut inside, in order of their first message."""
+    units: list[Unit] = []
+    n = len(entries)
+    covered = -1  # the last message of the latest thinking loop found
+    for entry in entries:
+        index = entry.index
+        if entry.role == "assistant" and entry.thinking and entry.calls and index > covered:
+            last = index
+            while last + 1 < n and (
+                entries[last + 1].role == "assistant" or entries[last + 1].only_results
+            ):
+                last += 1
+            if last > index:
+                units.append(Unit(THINKING_TOOL_LOOP, index, last))
+                covered = last
+        if entry.item == "reasoning":
+            last = index
+            while (
+                last + 1 < n
+                and entries[last + 1].item in _RESPONSES_OUTPUT_ITEMS
+                and (entries[last + 1].role == "assistant")
+            ):
+                last += 1
+            if last > index:
+                units.append(Unit(REASONING_ITEM, index, last))
+        if entry.role == "assistant" and (
+            index == 0 or not _same_response(entries[index - 1], entry)
+        ):
+            last = index
+            while last + 1 < n and _same_response(entries[last], entries[last + 1]):
+                last += 1
+            if last > index:
+                units.append(Unit(SPLIT_RESPONSE, index, last))
+    units.sort(key=lambda u: u.first)
+    return units
+
+
+def _same_response(before: Entry, after: Entry) -> bool:
+    """Two consecutive assistant messages of one model response: the same ``id``, or no
+    message between them (a Responses reasoning item starts a new response)."""
+    if before.role != "assistant" or after.role != "assistant" or after.item == "reasoning":
+        return False
+    if before.response_id is not None and after.response_id is not None:
+        return before.response_id == after.response_id
+    return True
 
 
 def _text(content: Any) -> str:
@@ -265,7 +353,7 @@ class _Parser:
         self.entries: list[Entry] = []
         self.calls: list[ToolCall] = []
         self.results: list[ToolResult] = []
-        self.unanswered: dict[str, deque[int]] = {}
+        self.unanswered: dict[str, list[int]] = {}
 
     def run(self, messages: list[Any]) -> Transcript:
         for index, message in enumerate(messages):
@@ -308,7 +396,9 @@ class _Parser:
             result.call = own
             self.calls[own].result = ordinal
         elif waiting:
-            result.call = waiting.popleft()
+            # The call it follows: the latest one still waiting (ids reused while a call is
+            # open pair as the providers pair them).
+            result.call = waiting.pop()
             self.calls[result.call].result = ordinal
             if not waiting:  # freed now rather than kept alive (and GC-scanned) to the end
                 del self.unanswered[call_id]
@@ -323,7 +413,7 @@ class _Parser:
             if call.result is None:
                 queue = self.unanswered.get(call.id)
                 if queue is None:
-                    queue = self.unanswered[call.id] = deque()
+                    queue = self.unanswered[call.id] = []
                 queue.append(ordinal)
 
     # -- formats -----------------------------------------------------------------------------
@@ -359,6 +449,10 @@ class _Parser:
         # Entry(index, role, format, text, chars, calls, results), positionally (hot path).
         entry = Entry(index, role, PLAIN, "", 0, [], [])
         self.entries.append(entry)
+        if role == "assistant":
+            own_id = message.get("id")
+            if isinstance(own_id, str) and own_id:
+                entry.response_id = own_id
         if role == "tool":
             entry.format = OPENAI_CHAT
             call_id = message.get("tool_call_id", message.get("id"))
@@ -383,6 +477,9 @@ class _Parser:
             self._release(entry)
 
     def _blocks(self, entry: Entry, blocks: list[Any], prose: list[str]) -> None:
+        if blocks and isinstance(blocks[0], Mapping) and blocks[0].get("type") in _THINKING:
+            entry.thinking = True
+            entry.format = ANTHROPIC
         for position, block in enumerate(blocks):
             if type(block) is not dict:  # a plain dict skips the slower checks (hot path)
                 if isinstance(block, str):
@@ -441,7 +538,9 @@ class _Parser:
             self._call(entry, call_id, name, arguments)
 
     def _responses_item(self, index: int, kind: str, item: Mapping[str, Any]) -> None:
-        entry = Entry(index=index, role="assistant", format=OPENAI_RESPONSES, text="", chars=0)
+        entry = Entry(
+            index=index, role="assistant", format=OPENAI_RESPONSES, text="", chars=0, item=kind
+        )
         if kind in _RESPONSES_CALLS:
             self.entries.append(entry)
             call_id = _require_id(item.get("call_id"), kind, index)

@@ -90,7 +90,9 @@ class Agent:
             messages.append(call_message(read.id, "read_config", {"service": service}))
             read.result(f"{service}: port 8080, tls off")
             messages.append(result_message(read.id, f"{service}: port 8080, tls off"))
-            messages.append({"role": "assistant", "content": f"{service} listens on 8080."})
+            # The user speaks before the write: an assistant message right before the call
+            # would be one response with it, and the gate keeps a response whole.
+            messages.append({"role": "user", "content": f"{service} listens on 8080; go on."})
             write_args = {"service": service, "port": 8443, "tls": True}
             write = recorder.call("write_config", f"write_{n}", arguments=write_args)
             self.open_calls.append(write)

@@ -228,14 +228,16 @@ FLIGHT_MESSAGES = [
     user("book a flight to Oslo"),
     calls(("c1", "search")),
     result("c1", "no flights found on Friday"),
-    assistant("None on Friday; I found 2 on Saturday."),
+    user("None on Friday? Then book Saturday."),
     calls(("c2", "book")),
     result("c2", "booked ZFA04Y"),
-    assistant("Booked ZFA04Y."),
+    user("Pay for ZFA04Y now."),
     calls(("c3", "pay", '{"booking": "ZFA04Y"}')),  # 21 characters of arguments: 6 tokens
 ]
 """A search whose result is a negative ("no flights"), a booking that mints the identifier
-ZFA04Y, and a payment call that uses it and has no result yet (message 7)."""
+ZFA04Y, and a payment call that uses it and has no result yet (message 7). (The user asks for
+the booking and the payment: an assistant message right before a call would be one response
+with it.)"""
 
 
 def ledger_rows(ledger: ObligationLedger, conversation_id: str | None) -> list[tuple[Any, ...]]:

@@ -320,10 +320,11 @@ def test_result_without_call_is_a_finding_not_an_input_error(
     assert report["orphan_results"] == [{"id": "ghost", "message_index": 1}]
     assert report["open_calls"] == []
     assert report["closed_cuts"] == [0, 1, 2, 3]
+    # A result with no call splits nothing: it is reported and never blocks.
     assert [(f["rule"], f["message_index"], f["severity"]) for f in report["findings"]] == [
-        ("orphan_result", 1, "block"),
+        ("unmatched_result", 1, "warn"),
     ]
-    assert report["findings"][0]["detail"] == "result for ghost has no earlier unanswered call"
+    assert report["findings"][0]["detail"] == "ghost: a result whose call is not in the transcript"
 
 
 def test_ten_megabytes_in_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

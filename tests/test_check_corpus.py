@@ -7,10 +7,15 @@ reference implementation written here, independently of ``otel_compaction``.
 Definitions the reference follows:
 
 * Cut ``i`` (``0 <= i <= len(messages)``) is the boundary before message ``i``.
-* A result pairs with the earliest still-unanswered call that has the same id
-  and sits in an earlier message (ids are reused within a transcript).
+* A result pairs with the latest still-unanswered call that has the same id
+  and sits in an earlier message: the call it follows, as the providers pair
+  them (ids are reused within a transcript).
 * Cut ``i`` is closed when every call in a message before ``i`` has its paired
-  result in a message before ``i``. Orphan results do not affect closedness.
+  result in a message before ``i``, and it does not fall between two consecutive
+  assistant messages (one model response split over two messages, which the
+  default policy keeps whole). Orphan results do not affect closedness. (The
+  corpus has no Anthropic thinking blocks or Responses reasoning items, the other
+  units a cut may not fall inside.)
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,13 +128,13 @@ def pair(
         results_in[result.message_index].append(result)
 
     resolved_at: list[int | None] = [None] * len(calls)
-    waiting: dict[str, deque[int]] = defaultdict(deque)
+    waiting: dict[str, list[int]] = defaultdict(list)
     orphans: list[RefResult] = []
     for index in range(message_count):
         for result in results_in[index]:
             queue = waiting[result.id]
             if queue:
-                resolved_at[queue.popleft()] = index
+                resolved_at[queue.pop()] = index
             else:
                 orphans.append(result)
         for position in calls_in[index]:
@@ -138,7 +143,10 @@ def pair(
 
 
 def closed_cuts(
-    message_count: int, calls: Sequence[RefCall], resolved_at: Sequence[int | None]
+    message_count: int,
+    calls: Sequence[RefCall],
+    resolved_at: Sequence[int | None],
+    roles: Sequence[object] = (),
 ) -> list[int]:
     """Closed cuts straight from the definition (quadratic on purpose)."""
     return [
@@ -149,6 +157,7 @@ def closed_cuts(
             for call, at in zip(calls, resolved_at, strict=True)
             if call.message_index < cut
         )
+        and not (0 < cut < len(roles) and roles[cut - 1] == roles[cut] == "assistant")
     ]
 
 
@@ -176,7 +185,9 @@ def reference(transcript: Transcript) -> Reference:
         results=results,
         resolved_at=resolved_at,
         orphan_results=orphans,
-        closed_cuts=closed_cuts(count, calls, resolved_at),
+        closed_cuts=closed_cuts(
+            count, calls, resolved_at, [m.get("role") for m in transcript.messages]
+        ),
     )
 
 
@@ -282,8 +293,8 @@ def damaged_variants(transcript: Transcript) -> list[tuple[int, Transcript]]:
 
     The real corpus has no open calls and no orphan results, so these copies are
     what exercises those lists. Dropping that call's result leaves it unanswered
-    while the next call with the same id arrives: the next result must pair with
-    it (earliest unanswered call), so the *last* call with that id stays open.
+    while the next call with the same id arrives: the next result pairs with that
+    next call (the one it follows), so the *first* call stays open.
     Dropping the call's message instead makes its result (and the results of any
     sibling calls in the same turn) orphans. Returns (removed index, copy) pairs.
     """
@@ -417,13 +428,15 @@ def test_reference_on_damaged_transcripts(corpus: list[Transcript]) -> None:
                 orphan_ids = sorted(r.id for r in ref.orphan_results)
                 assert orphan_ids == sorted(c.id for c in dropped_calls), variant.label
             else:
-                # A result is gone: the last call with that id is the open one.
+                # A result is gone: the next result with that id answers the call it
+                # follows, so the call that lost its result is the open one.
                 assert ref.orphan_results == [], variant.label
                 assert len(ref.open_calls) == 1, variant.label
                 (still_open,) = ref.open_calls
                 same_id = [c for c in ref.calls if c.id == still_open.id]
                 assert len(same_id) > 1, variant.label
-                assert still_open == same_id[-1], f"{variant.label}: {still_open}"
+                assert still_open.message_index < dropped, f"{variant.label}: {still_open}"
+                assert still_open == [c for c in same_id if c.message_index < dropped][-1]
                 assert ref.message_count not in ref.closed_cuts, variant.label
             checked += 1
     assert checked > 0, "expected transcripts with reused ids to damage"

@@ -19,7 +19,7 @@ import pytest
 from conftest import Transcript as Record
 
 from otel_compaction import Analysis, CompactionGate, Decision, Policy, Transcript
-from otel_compaction.analysis import _Scan
+from otel_compaction.patterns import Scan
 
 ALLOWED_AIM = 0.95
 COVERAGE_AIM = 0.80
@@ -188,14 +188,17 @@ def test_ascii_fast_path_finds_what_the_policy_regex_finds(corpus: list[Record])
             policy.null_regex,
             policy.error_regex,
             policy.commitment_regex,
-            policy.retry_hint_regex,
+            policy.commitment_conditional_regex,
+            policy.rejection_regex,
         ):
             if regex is None:
                 continue
-            scan = _Scan(regex)
+            scan = Scan(regex)
             for text in texts:
                 assert scan.findall(text) == regex.findall(text), (regex.pattern, text)
                 want, got = regex.search(text), scan.search(text)
                 assert (want and want.span()) == (got and got.span()), (regex.pattern, text)
+                full_want, full_got = regex.fullmatch(text), scan.fullmatch(text)
+                assert (full_want and full_want.span()) == (full_got and full_got.span())
                 checked += 1
     assert checked > 10_000

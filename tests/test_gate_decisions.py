@@ -201,35 +201,37 @@ def test_unanswered_parallel_call_is_not_extended_past_the_transcript(fmt: str) 
     s.result("a", "ok")
     decision = gate().evaluate(s.messages, 0, len(s.messages))
     assert decision.action == "defer"
-    assert decision.span == (0, 2)
+    # The answer and the calls after it are one model response: the older span ends before it.
+    assert decision.span == (0, 1)
     assert decision.requested == (0, len(s.messages))
     assert named(decision) == [("tool_call", "b", s.at["b"])]
-    assert decision.must_carry.pending[0].id == "b"
+    # Nothing is pending at the cut of the older span: the open call lies after it.
+    assert decision.must_carry.pending == ()
 
 
 # --------------------------------------------------------------------------------------------
-# reused ids: a result pairs with the earliest unanswered call of that id
+# reused ids: a result answers the call it follows (the latest unanswered one of that id)
 # --------------------------------------------------------------------------------------------
 
 
 @fmt_param
-def test_reused_id_result_pairs_with_earliest_unanswered_call(fmt: str) -> None:
+def test_reused_id_result_answers_the_call_it_follows(fmt: str) -> None:
     s = Script(fmt)
     s.user("search twice")
     first = s.call(Call("c1", "search", {"q": "one"}))
     second = s.call(Call("c1", "search", {"q": "two"}))  # same id, still unanswered
-    answer = s.result("c1", "found one")
+    answer = s.result("c1", "found two")
 
     transcript = Transcript.parse(s.messages)
-    assert [(c.message_index, c.result) for c in transcript.calls] == [(first, 0), (second, None)]
-    assert [c.message_index for c in transcript.open_calls()] == [second]
+    # As the providers pair them: the result answers the call right before it.
+    assert [(c.message_index, c.result) for c in transcript.calls] == [(first, None), (second, 0)]
+    assert [c.message_index for c in transcript.open_calls()] == [first]
     assert transcript.orphan_results() == []
 
     refused = refuse(gate(), s.messages, 0, answer + 1, critical=True)
     assert isinstance(refused, OpenObligationError)
-    # The call left open is the second one: naming the first would mean LIFO pairing.
-    assert named(refused.decision) == [("tool_call", "c1", second)]
-    assert rules_at(refused.decision, "block") == [("open_tool_call", second)]
+    assert named(refused.decision) == [("tool_call", "c1", first)]
+    assert rules_at(refused.decision, "block") == [("open_tool_call", first)]
 
 
 @fmt_param
@@ -254,7 +256,10 @@ def test_reused_id_after_resolution_is_a_new_obligation(fmt: str) -> None:
     # A span starting at the second result is cut from its call: orphan_result, nothing older.
     refused = refuse(g, s.messages, second_answer, second_answer + 1)
     assert rules_at(refused.decision, "block") == [("orphan_result", second_answer)]
-    assert named(refused.decision) == [("tool_result", "c1", second_answer)]
+    assert named(refused.decision) == [("orphaned_call", "c1", second)]
+    assert refused.decision.obligations[0].discharge == (
+        "start the span at a closed cut, before the call"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,7 +325,8 @@ def test_open_call_defers_to_older_closed_span(fmt: str) -> None:
     assert decision.obligations[0].name == "restart_service"
     # The findings are those of the older span that will be compacted: nothing blocks there.
     assert decision.blocking == ()
-    assert [(p.kind, p.id) for p in decision.must_carry.pending] == [("tool_call", "r1")]
+    # The open call lies after the older span: the summary of that span owes nothing for it.
+    assert decision.must_carry.pending == ()
     assert "deferring messages 0.." in decision.describe()
 
 
@@ -379,20 +385,27 @@ def test_refusal_names_every_open_obligation(fmt: str) -> None:
     refused = refuse(gate(), s.messages, 1, len(s.messages))
 
     assert isinstance(refused, OpenObligationError)
+    commitment = refused.decision.obligations[2].id
+    assert commitment.startswith("commitment-")
     expected = [
         ("tool_call", "a", s.at["a"]),
         ("tool_call", "c", s.at["c"]),
-        ("commitment", f"m{promise}", promise),
+        ("commitment", commitment, promise),
     ]
     assert named(refused.decision) == expected
     assert [(o.kind, o.id, o.message_index) for o in refused.obligations] == expected
     assert [o.name for o in refused.decision.obligations][:2] == ["create_user", "audit_log"]
     message = str(refused)
-    assert message.startswith(f"refusing compaction of messages 1..{promise}: open obligations: ")
+    assert message.startswith(
+        f"refusing compaction of messages 1..{promise}: open obligations "
+        "(and how to discharge them): "
+    )
     for fragment in (
-        f"tool_call create_user (a) at message {s.at['a']}",
+        f"tool_call create_user (a) at message {s.at['a']}: append its result, or "
+        "force_terminal() records it abandoned",
         f"tool_call audit_log (c) at message {s.at['c']}",
-        f"commitment I will verify (m{promise}) at message {promise}",
+        f"commitment I will verify ({commitment}) at message {promise}: make the promised "
+        "call, or force_terminal() records it withdrawn",
     ):
         assert fragment in message
 
@@ -480,7 +493,8 @@ def test_ledger_resolved_but_transcript_has_no_result_is_severed(fmt: str) -> No
     assert "ledger recorded its result" in severed[0].detail
     assert named(refused.decision) == [("tool_call", "c1", call)]
     deferred = g.evaluate(s.messages, 0, call + 1, conversation_id="conv-1")
-    assert (deferred.action, deferred.span) == ("defer", (0, 2))
+    # "hi" and the call are one response: the older span ends before both.
+    assert (deferred.action, deferred.span) == ("defer", (0, 1))
 
 
 @fmt_param
@@ -663,17 +677,24 @@ def test_must_carry_identifiers_and_negatives(fmt: str) -> None:
     assert "05-14" not in decision.must_carry.identifiers
 
 
-def test_must_carry_lists_open_obligations_elsewhere_in_the_transcript() -> None:
+def test_must_carry_pending_is_what_is_still_open_at_the_cut() -> None:
     s = Script(CHAT)
     s.user("hello")
-    s.say("hi")
-    s.user("restart payments")
-    call = s.call(Call("r1", "restart_service"))
-    decision = gate().evaluate(s.messages, 0, 2)
+    promise = s.say("I will check the queue depth.")
+    s.user("ok, and restart payments")
+    s.call(Call("r1", "restart_service"))
+    s.result("r1", "restarted")
+    # Under lenient the promise only warns: the span may end with it still open, so the
+    # summary must carry it as pending. The call after the cut keeps it (at message 3).
+    decision = gate("lenient").evaluate(s.messages, 0, promise + 1)
     assert decision.action == "compact"
-    assert [(p.kind, p.id, p.message_index, p.name) for p in decision.must_carry.pending] == [
-        ("tool_call", "r1", call, "restart_service")
+    assert [(p.kind, p.message_index, p.name) for p in decision.must_carry.pending] == [
+        ("commitment", promise, "I will check")
     ]
+    assert decision.must_carry.pending[0].subjects == ("queue", "depth")
+    # An obligation after the cut is in the kept part, not the summary's to carry.
+    early = gate().evaluate(s.messages, 0, 1)
+    assert early.must_carry.pending == ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -687,7 +708,7 @@ def test_pending_retry_blocks_until_a_retry_succeeds(fmt: str) -> None:
     s.user("get the exchange rate")
     s.call(Call("x1", "get_rate"))
     failure = s.result("x1", "Error: service unavailable, try again later", error=True)
-    s.say("The service failed; retrying.")
+    retrying = s.say("The service failed; retrying.")
     s.call(Call("x2", "get_rate"))
     success = s.result("x2", "1.08")
     s.say("The rate is 1.08.")
@@ -700,27 +721,26 @@ def test_pending_retry_blocks_until_a_retry_succeeds(fmt: str) -> None:
         (0, success + 1),
         True,
     )
-    # Before the retry succeeds the chain is open: at a critical budget that is a refusal.
-    refused = refuse(g, s.messages[: failure + 2], 0, failure + 1, critical=True)
+    # Before the retry succeeds the chain is open ("retrying" promises it): at a critical budget
+    # that is a refusal.
+    refused = refuse(g, s.messages[: retrying + 1], 0, failure + 1, critical=True)
     assert rules_at(refused.decision, "block") == [("pending_retry", failure)]
     assert named(refused.decision) == [("retry", "x1", failure)]
 
 
 @fmt_param
-def test_pending_retry_opened_by_a_retry_hint_alone(fmt: str) -> None:
+def test_pending_retry_stays_open_until_the_model_moves_on(fmt: str) -> None:
     s = Script(fmt)
     s.user("send the report")
-    s.say("Sending.")
+    sending = s.say("Sending.")
     s.call(Call("m1", "send_mail"))
     failure = s.result("m1", "Error: rate limited, retry in 30 s", error=True)
-    refused = refuse(gate(), s.messages, 2, failure + 1)
+    # The model has not answered the failure yet: the chain is open.
+    refused = refuse(gate(), s.messages, sending, failure + 1)
     assert rules_at(refused.decision, "block") == [("pending_retry", failure)]
-    # A failure that asks for nothing and is never retried is only a negative result.
-    quiet = Script(fmt)
-    quiet.user("send the report")
-    quiet.call(Call("m1", "send_mail"))
-    end = quiet.result("m1", "Error: mailbox disabled", error=True) + 1
-    decision = gate().evaluate(quiet.messages, 0, end)
+    # It answers without retrying or promising to: it gave up, and only the negative remains.
+    gave_up = s.say("The mail service is rate limited, so I could not send the report.")
+    decision = gate().evaluate(s.messages, 0, gave_up + 1)
     assert decision.action == "compact"
     assert [f.rule for f in decision.findings] == ["not_addressable", "null_result"]
 
@@ -729,15 +749,17 @@ def test_pending_retry_opened_by_a_retry_hint_alone(fmt: str) -> None:
 def test_dangling_commitment_and_its_discharge(fmt: str) -> None:
     s = Script(fmt)
     s.user("cancel booking ZXCV")
-    s.say("Okay.")
+    okay = s.say("Okay.")
     promise = s.say("Let me verify the cancellation policy first.")
     s.user("sure")
 
-    refused = refuse(gate(), s.messages, promise, len(s.messages))
+    refused = refuse(gate(), s.messages, okay, len(s.messages))
     assert rules_at(refused.decision, "block") == [("dangling_commitment", promise)]
-    assert named(refused.decision) == [("commitment", f"m{promise}", promise)]
+    [(kind, commitment, at)] = named(refused.decision)
+    assert (kind, commitment.startswith("commitment-"), at) == ("commitment", True, promise)
+    # "Okay." and the promise are one response: the older closed span ends before both.
     deferred = gate().evaluate(s.messages, 0, len(s.messages))
-    assert (deferred.action, deferred.span) == ("defer", (0, promise))
+    assert (deferred.action, deferred.span) == ("defer", (0, okay))
 
     # The next tool call discharges the promise.
     s.call(Call("p1", "get_policy"))
@@ -798,22 +820,18 @@ def test_null_result_carried_and_think_tool_ignored(fmt: str) -> None:
     s.result("k1", "")
     s.call(Call("q1", "list_tickets"))
     empty = s.result("q1", "[]")
-    s.call(Call("q2", "list_tickets"))
+    s.call(Call("q2", "close_ticket"))
     blank = s.result("q2", "")
     end = blank + 1
 
     decision = gate().evaluate(s.messages, 0, end)
 
     assert decision.action == "compact"
-    assert rules_at(decision, "carry") == [
-        ("not_addressable", 0),
-        ("null_result", empty),
-        ("null_result", blank),
-    ]
-    assert [(n.call_id, n.text) for n in decision.must_carry.negatives] == [
-        ("q1", "[]"),
-        ("q2", "(empty result)"),
-    ]
+    # An empty list is an empty search result; an empty output is a command that succeeded
+    # silently, not a negative.
+    assert rules_at(decision, "carry") == [("not_addressable", 0), ("null_result", empty)]
+    assert [(n.call_id, n.text) for n in decision.must_carry.negatives] == [("q1", "[]")]
+    assert blank not in [n.message_index for n in decision.must_carry.negatives]
 
 
 @fmt_param
@@ -837,7 +855,7 @@ def test_unresolved_reference(fmt: str) -> None:
     ]
     reference = next(f for f in strict.decision.findings if f.rule == "unresolved_reference")
     assert reference.detail == (
-        f"'ZFA04Y' is first seen at message {booked} and used until message {later}"
+        f"'ZFA04Y' is first seen at message {booked} and referred to at message {later}"
     )
     # Archived verbatim, strict carries the reference instead.
     archived = gate("strict").evaluate(s.messages, 0, booked + 1, addressable=True)
@@ -997,7 +1015,8 @@ def test_cli_report_without_span(booking: Path, capsys: pytest.CaptureFixture[st
     assert report["format"] == CHAT
     assert report["messages"] == 8
     assert report["tool_calls"] == 3
-    assert report["closed_cuts"] == [0, 1, 2, 4, 5, 7]
+    # Not 5: the promise at 4 and the call at 5 are one model response.
+    assert report["closed_cuts"] == [0, 1, 2, 4, 7]
     assert report["open_calls"] == [{"id": "c3", "name": "book_flight", "message_index": 7}]
     assert report["orphan_results"] == []
     assert [(f["rule"], f["message_index"], f["severity"]) for f in report["findings"]] == [
@@ -1107,23 +1126,24 @@ def test_cli_policy_and_archived(booking: Path, capsys: pytest.CaptureFixture[st
     code, report = run_json(capsys, str(booking), "--span", "1:5", "--policy", "lenient")
     assert code == 0
     decision = report["decision"]
-    # Lenient does not block on the commitment, so nothing needs extending.
+    # Lenient does not block on the commitment, but the promise (message 4) and the call that
+    # keeps it (message 5) are one model response, which every policy keeps whole: the span is
+    # extended over the call and its result.
     assert (decision["action"], decision["span"], decision["extended"]) == (
         "compact",
-        [1, 5],
-        False,
+        [1, 7],
+        True,
     )
     assert [(f["rule"], f["message_index"], f["severity"]) for f in decision["findings"]] == [
         ("unresolved_reference", 1, "warn"),
-        ("unresolved_reference", 1, "warn"),
         ("null_result", 3, "warn"),
-        ("dangling_commitment", 4, "warn"),
     ]
     assert decision["must_carry"] == {
         "identifiers": [],
         "negatives": [],
-        "pending": [{"kind": "tool_call", "id": "c3", "name": "book_flight", "message_index": 7}],
+        "pending": [],
         "abandoned": [],
+        "identifiers_left_out": 0,
     }
 
 
@@ -1142,7 +1162,10 @@ def test_cli_policy_file(booking: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert report["policy"] == "no-extension"
     decision = report["decision"]
     assert (decision["action"], decision["span"]) == ("defer", [1, 4])
-    assert [(o["kind"], o["id"]) for o in decision["obligations"]] == [("commitment", "m4")]
+    assert [(o["kind"], o["id"][:11]) for o in decision["obligations"]] == [
+        ("commitment", "commitment-"),
+        ("atomic_unit", "split_respo"),
+    ]
 
 
 def test_cli_clean_transcript_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -1181,6 +1204,6 @@ def test_cli_decides_the_same_in_every_format(
 def test_cli_text_output(booking: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "check", str(booking), "--span", "1:8", "--critical")
     assert code == 3
-    assert "closed cuts (6 of 9): 0-2, 4-5, 7" in out
+    assert "closed cuts (5 of 9): 0-2, 4, 7" in out
     assert "decision: REFUSE" in out
     assert "tool_call book_flight (c3) at message 7" in out

@@ -611,7 +611,8 @@ def test_guarded_middleware_defers_a_promise_the_builtin_would_summarize(
     (span,) = pipeline.spans(sc.EVALUATE_SPAN)
     deferred = next(e for e in span.events if e.name == sc.EVENT_DEFERRED)
     assert _sequence(deferred.attributes, sc.RULES) == ["dangling_commitment"]
-    assert _sequence(deferred.attributes, sc.OBLIGATION_IDS) == ["m5"]
+    [commitment] = _sequence(deferred.attributes, sc.OBLIGATION_IDS)
+    assert commitment.startswith("commitment-")
 
 
 def test_guarded_middleware_refuses_at_a_critical_budget(pipeline: Pipeline) -> None:
@@ -625,7 +626,9 @@ def test_guarded_middleware_refuses_at_a_critical_budget(pipeline: Pipeline) -> 
     with pytest.raises(OpenObligationError) as refused:
         agent.invoke({"messages": history})
 
-    assert [(o.kind, o.id) for o in refused.value.obligations] == [("commitment", "m5")]
+    assert [(o.kind, o.id[:11], o.message_index) for o in refused.value.obligations] == [
+        ("commitment", "commitment-", 5)
+    ]
     assert model.prompts == []
     (decision,) = pipeline.decisions()
     assert decision[sc.ACTION] == "refuse"

@@ -54,10 +54,21 @@ def test_builtin_policies_ship_as_files() -> None:
 def test_default_blocks_obligations_and_carries_negatives_and_identifiers() -> None:
     policy = Policy.load("default")
     assert severities(policy) == {
-        **dict.fromkeys(OBLIGATION_RULES, "block"),
+        "open_tool_call": "block",
+        "orphan_result": "block",
+        "unmatched_result": "warn",
+        "open_transaction": "block",
+        "pending_retry": "block",
+        "dangling_commitment": "block",
+        "stale_obligation": "carry",
         "null_result": "carry",
         "unresolved_reference": "carry",
         "not_addressable": "carry",
+        "ledger_mismatch": "block",
+        "severed_obligation": "block",
+        "thinking_tool_loop": "block",
+        "reasoning_item": "block",
+        "split_response": "block",
     }
     assert severities(policy, addressable=True) == severities(policy)
     assert policy.archived_relaxes == []
@@ -71,27 +82,31 @@ def test_default_blocks_obligations_and_carries_negatives_and_identifiers() -> N
 
 def test_strict_blocks_everything_and_archiving_relaxes_negatives_and_references() -> None:
     policy = Policy.load("strict")
-    assert severities(policy) == dict.fromkeys(RULE_NAMES, "block")
+    # A stale obligation is carried, not blocked: blocking on it would starve the span again.
+    assert severities(policy) == {**dict.fromkeys(RULE_NAMES, "block"), "stale_obligation": "carry"}
     assert policy.archived_relaxes == ["null_result", "unresolved_reference"]
     assert severities(policy, addressable=True) == {
         **dict.fromkeys(RULE_NAMES, "block"),
+        "stale_obligation": "carry",
         "null_result": "carry",
         "unresolved_reference": "carry",
     }
 
 
-def test_lenient_only_enforces_pairing() -> None:
+def test_lenient_only_enforces_pairing_and_provider_atomicity() -> None:
     policy = Policy.load("lenient")
-    assert [r for r, s in severities(policy).items() if s == "block"] == [
+    blocked = [
         "open_tool_call",
         "orphan_result",
+        "thinking_tool_loop",
+        "reasoning_item",
+        "split_response",
     ]
+    assert [r for r, s in severities(policy).items() if s == "block"] == blocked
     assert policy.rules.not_addressable == "off"
-    assert {
-        s
-        for r, s in severities(policy).items()
-        if r not in ("open_tool_call", "orphan_result", "not_addressable")
-    } == {"warn"}
+    assert {s for r, s in severities(policy).items() if r not in (*blocked, "not_addressable")} == {
+        "warn"
+    }
 
 
 def test_detection_patterns_live_in_the_policy_files() -> None:
@@ -197,7 +212,10 @@ def test_wrong_types(tmp_path: Path) -> None:
         "unable to parse string as an integer"
     )
     path = write(tmp_path, "archived_relaxes: [null_result, everything]\n", "relax.yaml")
-    assert load_error(path).startswith(f"{path}: archived_relaxes.1: Input should be ")
+    assert load_error(path).startswith(
+        f"{path}: archived_relaxes: Value error, unknown rule 'everything'; expected one of "
+        "open_tool_call, orphan_result, "
+    )
     path = write(tmp_path, "- just\n- a list\n", "list.yaml")
     assert load_error(path) == f"{path}: expected a mapping at the top, got list"
 

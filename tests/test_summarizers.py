@@ -136,7 +136,14 @@ def test_only_the_missing_items_are_reported_in_order() -> None:
     verification = verify(
         summary, request(identifiers=("ZFA04Y", "/srv/app.yaml"), negatives=(LOGS, CERT))
     )
-    assert verification == Verification(("/srv/app.yaml",), (LOGS,))
+    assert (verification.missing_identifiers, verification.missing_negatives) == (
+        ("/srv/app.yaml",),
+        (LOGS,),
+    )
+    assert (verification.carried_identifiers, verification.carried_negatives) == (
+        ("ZFA04Y",),
+        (CERT,),
+    )
     assert verification.describe() == (
         "identifier '/srv/app.yaml' must appear verbatim",
         "negative result of search_logs (call_logs_1) must be stated: no matches in the last 24h",
@@ -226,10 +233,13 @@ def example_request() -> SummaryRequest:
 def test_extractive_summary_of_the_bundled_example_carries_everything() -> None:
     req = example_request()
     assert req.identifiers == ("/etc/ssl/payments.pem",)
-    assert req.negatives == (LOGS,)
-    assert [(p.kind, p.id, p.name) for p in req.pending] == [
-        ("tool_call", "call_restart_1", "restart_service")
+    assert [(n.message_index, n.call_id, n.tool, n.text) for n in req.negatives] == [
+        (LOGS.message_index, LOGS.call_id, LOGS.tool, LOGS.text)
     ]
+    # What the search was about, by which a summary may name it.
+    assert req.negatives[0].subjects == ("TLS handshake error", "svc-payments")
+    # The restart call comes after the span: nothing is pending at its cut.
+    assert req.pending == ()
 
     summary = ExtractiveSummarizer().summarize(req)
     lines = summary.splitlines()
@@ -252,10 +262,9 @@ def test_extractive_summary_of_the_bundled_example_carries_everything() -> None:
         "- search_logs (call_logs_1) returned no positive result: no matches in the last 24h"
     )
     assert "Identifiers still in use: /etc/ssl/payments.pem" in lines
-    pending = lines.index("Still pending, NOT completed (do not assume a result):")
-    assert lines[pending + 1] == "- tool_call restart_service (call_restart_1) at message 11"
-    # The pending call is listed only as pending, never among the calls made.
-    assert [i for i, line in enumerate(lines) if "call_restart_1" in line] == [pending + 1]
+    # The call after the span is the kept part's: the summary does not speak of it.
+    assert "call_restart_1" not in summary
+    assert "Still pending, NOT completed (do not assume a result):" not in lines
     assert verify(summary, req).ok
 
 

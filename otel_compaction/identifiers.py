@@ -1,0 +1,72 @@
+"""Identifiers as whole values: found in text, put in one canonical form, matched by binding.
+
+An identifier (a booking code, a user id, a path, an e-mail address, a long numeric id) is only
+ever taken whole. Every identifier sits in a run of ``[\\w.+@/~#-]`` that holds a digit, an ``@``,
+a ``/`` or a ``-``; `candidates` finds those runs, strips the punctuation that ends a sentence
+or wraps a value, and the policy's identifier shapes must match a run *entirely* (never a piece
+of it, as a path inside a longer path). `canonical` gives one form per value (``./src/a.py``
+and ``src/a.py`` are one path), and `same_identifier` says whether a value written in a summary
+carries an owed one (an absolute path is carried by the same path relative to a project root).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Final
+
+from otel_compaction.patterns import Scan
+
+__all__ = ["candidates", "canonical", "find_identifiers", "is_path", "same_identifier"]
+
+_RUN: Final = re.compile(r"[\w.+@/~#-]*[\d@/-][\w.+@/~#-]*")
+# Punctuation that ends a sentence or closes a quotation around a value, never part of it.
+_TRAILING: Final = ".,;:!?'\"`)]}>"
+_LEADING: Final = "'\"`([{<#"
+
+
+def canonical(value: str) -> str:
+    """One form per identifier: wrapping punctuation and a leading ``./`` removed."""
+    value = value.strip(_TRAILING).lstrip(_LEADING)
+    while value.startswith("./"):
+        value = value[2:]
+    if len(value) > 1 and value.endswith("/"):
+        value = value.rstrip("/")
+    return value
+
+
+def candidates(text: str) -> Iterator[str]:
+    """Every run of `text` that could be an identifier, in canonical form, in order."""
+    for match in _RUN.finditer(text):
+        value = canonical(match.group(0))
+        if len(value) >= 3:
+            yield value
+
+
+def find_identifiers(text: str, shapes: Scan) -> Iterator[str]:
+    """The identifiers of `text`: candidates that one of the policy's shapes matches whole."""
+    for value in candidates(text):
+        if shapes.fullmatch(value) is not None:
+            yield value
+
+
+def is_path(value: str) -> bool:
+    """True for a path: a value with a slash that is not an e-mail address."""
+    return "/" in value and "@" not in value
+
+
+def same_identifier(owed: str, written: str) -> bool:
+    """True when `written` (in a summary) carries `owed`.
+
+    Equal canonical forms carry; for paths, one form may be the other with a leading root
+    (``/home/dev/shop/src/a.py`` and ``src/a.py``), so long as the shorter one keeps at least
+    a directory and a name.
+    """
+    owed, written = canonical(owed), canonical(written)
+    if owed == written:
+        return True
+    if not (is_path(owed) and is_path(written)):
+        return False
+    longer, shorter = (owed, written) if len(owed) > len(written) else (written, owed)
+    shorter = shorter.lstrip("/")
+    return "/" in shorter and longer.endswith("/" + shorter)

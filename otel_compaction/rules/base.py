@@ -1,0 +1,202 @@
+"""What every rule shares: the rule record, its findings, and the span it answers for.
+
+A rule is one `Rule`: its name, the kind of thing it finds, its severity under each built-in
+policy, an optional scan (run once per analysis over the whole transcript) and a check (run per
+span over what the scans found). Checks are pure functions of a `SpanView`; they do no I/O and
+keep no state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+if TYPE_CHECKING:
+    from otel_compaction.analysis import Analysis
+
+__all__ = [
+    "DISCHARGE",
+    "Finding",
+    "ObligationRef",
+    "Rule",
+    "RuleKind",
+    "Severity",
+    "SpanView",
+    "Tracked",
+    "remedy",
+    "straddling",
+    "unclosed",
+]
+
+Severity = Literal["block", "carry", "warn", "off"]
+
+RuleKind = Literal["obligation", "quiescence", "atomicity", "ledger"]
+"""``obligation``: something is still owed; ``quiescence``: what a summary must keep (seed 2);
+``atomicity``: a cut the provider would reject; ``ledger``: the ledger and transcript disagree."""
+
+DISCHARGE: Final[Mapping[str, str]] = {
+    "tool_call": "abandoned",
+    "retry": "given_up",
+    "commitment": "withdrawn",
+    "transaction": "rolled_back",
+    "tool_result": "absorbed",
+}
+"""The terminal state `GuardedCompactor.force_terminal` records for each obligation kind."""
+
+_REMEDIES: Final[Mapping[str, str]] = {
+    "tool_call": "append its result, or force_terminal() records it abandoned",
+    "retry": "retry until it succeeds, or force_terminal() records the chain given up",
+    "commitment": "make the promised call, or force_terminal() records it withdrawn",
+    "transaction": "commit or roll it back, or force_terminal() records it rolled back",
+    "tool_result": "force_terminal() records the result absorbed",
+    "atomic_unit": "compact the whole unit or none of it",
+    "orphaned_call": "start the span at a closed cut, before the call",
+}
+
+
+def remedy(kind: str) -> str:
+    """How an obligation of `kind` is discharged, as a refusal names it."""
+    return _REMEDIES.get(kind, "resolve it in the runtime, then ask again")
+
+
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """One obligation (or atomic unit) found in the transcript.
+
+    ``opened`` is the message index where it arises, ``resolved`` where its terminal
+    resolution stands (None when it never does). ``rule`` names the rule that reports it;
+    ``status`` is its terminal state (``open`` while it has none).
+    """
+
+    rule: str
+    kind: str
+    id: str
+    name: str
+    opened: int
+    resolved: int | None
+    status: str = "open"
+    subjects: tuple[str, ...] = ()
+    """What it is about (argument values, the promised action's words), for verification."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObligationRef:
+    """An obligation named in a finding or a decision."""
+
+    kind: str
+    id: str
+    message_index: int | None
+    name: str = ""
+    subjects: tuple[str, ...] = field(default=(), compare=False)
+    """What it is about (argument values, the promised action's words), for verification."""
+
+    def describe(self) -> str:
+        """``tool_call search (call_1) at message 4``."""
+        where = f" at message {self.message_index}" if self.message_index is not None else ""
+        label = f"{self.name} ({self.id})" if self.name and self.name != self.id else self.id
+        return f"{self.kind} {label}{where}"
+
+    @property
+    def discharge(self) -> str:
+        """How to discharge it."""
+        return remedy(self.kind)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing a rule found. ``message_index`` is None when it has no place in the
+    transcript (an obligation only the ledger knows)."""
+
+    rule: str
+    message_index: int | None
+    detail: str
+    severity: Severity = "warn"
+    obligation: ObligationRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpanView:
+    """The question a rule answers: what in ``[start, end)`` stops it being quiescent."""
+
+    analysis: Analysis
+    start: int
+    end: int
+    addressable: bool = False
+
+
+Check = Callable[[SpanView], list[Finding]]
+Scan = Callable[["Analysis"], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One rule of the registry.
+
+    ``severities`` gives its severity under each built-in policy (``default``, ``strict``,
+    ``lenient``). ``scan`` runs once per analysis; what it returns is kept as
+    ``analysis.facts[name]``, and when it is a list of `Tracked` they join the obligations the
+    gate extends over and defers around. ``check`` answers for one span.
+    """
+
+    name: str
+    kind: RuleKind
+    summary: str
+    severities: Mapping[str, Severity]
+    check: Check
+    scan: Scan | None = None
+
+
+def _closed_within(tracked: Tracked, end: int) -> bool:
+    return tracked.resolved is not None and tracked.resolved < end
+
+
+def _detail(tracked: Tracked, what: str, end: int) -> str:
+    if tracked.resolved is None:
+        return f"{what} {tracked.name!r} ({tracked.id}) is never resolved"
+    return (
+        f"{what} {tracked.name!r} ({tracked.id}) resolves at message {tracked.resolved}, "
+        f"after the span ends at {end}"
+    )
+
+
+def unclosed(view: SpanView, rule: str, what: str, ledger_kind: str | None = None) -> list[Finding]:
+    """Obligations of `rule` arising in the span whose resolution is not in the span, and
+    those of `ledger_kind` that only the ledger knows (no place in the transcript)."""
+    out: list[Finding] = []
+    for tracked in view.analysis.obligations_opened_in(view.start, view.end):
+        if tracked.rule != rule or _closed_within(tracked, view.end):
+            continue
+        out.append(
+            Finding(
+                rule, tracked.opened, _detail(tracked, what, view.end),
+                obligation=ObligationRef(tracked.kind, tracked.id, tracked.opened, tracked.name),
+            )
+        )  # fmt: skip
+    if ledger_kind is not None:
+        for record in view.analysis.ledger_only:
+            if record.kind == ledger_kind:
+                ref = ObligationRef(record.kind, record.id, None, record.name)
+                out.append(
+                    Finding(rule, None, f"{ref.describe()} is open in the ledger", obligation=ref)
+                )
+    return out
+
+
+def straddling(view: SpanView, rule: str, what: str) -> list[Finding]:
+    """Atomic units of `rule` that a cut of the span falls inside: the unit starts before a
+    cut and ends at or after it."""
+    out: list[Finding] = []
+    units: list[Tracked] = view.analysis.facts.get(rule) or []
+    for unit in units:
+        last = unit.resolved if unit.resolved is not None else unit.opened
+        for cut in (view.start, view.end):
+            if unit.opened < cut <= last:
+                detail = (
+                    f"the cut before message {cut} falls inside {what} "
+                    f"(messages {unit.opened}..{last})"
+                )
+                ref = ObligationRef("atomic_unit", unit.id, unit.opened, unit.name)
+                out.append(Finding(rule, unit.opened, detail, obligation=ref))
+                break
+    return out

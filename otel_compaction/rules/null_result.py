@@ -1,0 +1,62 @@
+"""``null_result``: a negative result in the span: "searched, found nothing" must survive as a
+negative, or its absence reads as "never searched" (seed 2).
+
+A negative says something was not the case: an absence (not found, no matches, an empty
+search result), a failure, or a rejection. A command that succeeded with no output is silent
+success, not a negative. Tools whose output means nothing (a scratchpad) are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
+
+if TYPE_CHECKING:
+    from otel_compaction.analysis import Analysis, Negative
+
+
+def scan(analysis: Analysis) -> list[Negative]:
+    """Every negative result, with what its call was about."""
+    from otel_compaction.analysis import NEGATIVE_OUTCOMES, RESULT_HEAD, Negative, call_subjects
+
+    ignored = set(analysis.policy.patterns.null_result.ignore_tools)
+    transcript = analysis.transcript
+    out: list[Negative] = []
+    for result in transcript.results:
+        outcome = analysis.outcomes[result.ordinal]
+        if outcome not in NEGATIVE_OUTCOMES:
+            continue
+        call = transcript.call_of(result)
+        tool = call.name if call is not None else ""
+        if tool in ignored:
+            continue
+        excerpt = " ".join(result.text[:RESULT_HEAD].split())[:200] or "(empty result)"
+        out.append(
+            Negative(
+                result.message_index, result.call_id, tool, excerpt, call_subjects(call), outcome
+            )
+        )
+    return out
+
+
+def check(view: SpanView) -> list[Finding]:
+    """Negative results in the span."""
+    return [
+        Finding(
+            "null_result", n.message_index,
+            f"{n.tool or 'tool'} ({n.call_id}) returned a negative result: {n.text}",
+            obligation=ObligationRef("negative_result", n.call_id, n.message_index, n.tool),
+        )
+        for n in view.analysis.negatives_in(view.start, view.end)
+    ]  # fmt: skip
+
+
+RULE = Rule(
+    name="null_result",
+    kind="quiescence",
+    summary='a negative result ("not found", empty search, error, rejection) to keep as one',
+    severities={"default": "carry", "strict": "block", "lenient": "warn"},
+    check=check,
+    scan=scan,
+)

@@ -1,0 +1,53 @@
+"""``open_transaction``: a transaction begun in the span and not ended in it (seed 1)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
+from otel_compaction.transcript import ToolCall
+
+if TYPE_CHECKING:
+    from otel_compaction.analysis import Analysis
+
+
+def scan(analysis: Analysis) -> list[Tracked]:
+    """Begin/end tool calls (by the policy's name patterns) matched as a stack."""
+    policy = analysis.policy
+    begin, end = policy.transaction_begin_regex, policy.transaction_end_regex
+    if begin is None or end is None:
+        return []
+    out: list[Tracked] = []
+    stack: list[ToolCall] = []
+    for call in analysis.transcript.calls:
+        if begin.search(call.name):
+            stack.append(call)
+        elif end.search(call.name) and stack:
+            opened = stack.pop()
+            status = "rolled_back" if "roll" in call.name.lower() else "committed"
+            out.append(
+                Tracked(
+                    "open_transaction", "transaction", opened.id, opened.name,
+                    opened.message_index, call.message_index, status,
+                )
+            )  # fmt: skip
+    out.extend(
+        Tracked("open_transaction", "transaction", c.id, c.name, c.message_index, None)
+        for c in stack
+    )
+    return out
+
+
+def check(view: SpanView) -> list[Finding]:
+    """Transactions begun in the span and not ended in it, and those only the ledger holds."""
+    return unclosed(view, "open_transaction", "transaction", ledger_kind="transaction")
+
+
+RULE = Rule(
+    name="open_transaction",
+    kind="obligation",
+    summary="a transaction begun in the span and not ended in it",
+    severities={"default": "block", "strict": "block", "lenient": "warn"},
+    check=check,
+    scan=scan,
+)

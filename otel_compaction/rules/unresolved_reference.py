@@ -1,0 +1,124 @@
+"""``unresolved_reference``: an identifier the retained part still refers to whose only
+antecedent is in the span (seed 2's "verified by explicit binding").
+
+An identifier is owed by a summary only when all of these hold: it appears in the span, it
+appears nowhere before the span (the kept head binds it otherwise), and its first appearance
+after the span *refers* to it (assistant text, tool-call arguments, user text). One that a tool
+result after the span re-introduces before anyone uses it is bound there. Identifiers are whole
+values (see `otel_compaction.identifiers`); a bulk listing is ranked by how often the retained
+part uses each one and capped at ``max_identifiers``, the archive handle covering the rest.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from otel_compaction.identifiers import find_identifiers
+from otel_compaction.patterns import scanner
+from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
+
+if TYPE_CHECKING:
+    from otel_compaction.analysis import Analysis
+
+
+@dataclass(slots=True)
+class Bindings:
+    """Where each identifier appears: message indices ascending, and whether the appearance
+    in that message refers to it (True) or introduces it (a tool result, the system prompt)."""
+
+    values: list[str] = field(default_factory=list)
+    first: list[int] = field(default_factory=list)
+    at: list[list[int]] = field(default_factory=list)
+    refers: list[list[bool]] = field(default_factory=list)
+
+
+def scan(analysis: Analysis) -> Bindings:
+    """Every identifier's appearances, sorted by first appearance."""
+    shapes = scanner(analysis.policy.identifier_regex)
+    bindings = Bindings()
+    if shapes is None:
+        return bindings
+    stop = set(analysis.policy.patterns.identifiers.stopwords)
+    transcript = analysis.transcript
+    calls, results = transcript.calls, transcript.results
+    table: dict[str, tuple[list[int], list[bool]]] = {}
+    for entry in transcript.entries:
+        referring = [entry.text] if entry.role not in ("system", "developer") else []
+        introducing = [entry.text] if not referring else []
+        referring += [calls[c].arguments for c in entry.calls]
+        introducing += [results[r].text for r in entry.results]
+        found: dict[str, bool] = {}
+        for texts, refers in ((introducing, False), (referring, True)):
+            for text in texts:
+                if not text:
+                    continue
+                for value in find_identifiers(text, shapes):
+                    if value not in stop and value not in found:
+                        found[value] = refers
+        for value, refers in found.items():
+            where = table.get(value)
+            if where is None:
+                table[value] = ([entry.index], [refers])
+            else:
+                where[0].append(entry.index)
+                where[1].append(refers)
+    for value, (at, flags) in sorted(table.items(), key=lambda kv: (kv[1][0][0], kv[0])):
+        bindings.values.append(value)
+        bindings.first.append(at[0])
+        bindings.at.append(at)
+        bindings.refers.append(flags)
+    return bindings
+
+
+def owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int, int]], int]:
+    """The identifiers a summary of ``[start, end)`` owes, as (value, first, first use after
+    the span), ranked and capped; and how many the cap left out."""
+    bindings: Bindings = analysis.facts.get("unresolved_reference") or Bindings()
+    lo = bisect.bisect_left(bindings.first, start)
+    hi = bisect.bisect_left(bindings.first, end)
+    ranked: list[tuple[int, int, str, int]] = []
+    for position in range(lo, hi):
+        at, refers = bindings.at[position], bindings.refers[position]
+        after = bisect.bisect_left(at, end)
+        if after < len(at) and refers[after]:
+            uses = sum(refers[after:])
+            ranked.append((-uses, at[after], bindings.values[position], at[0]))
+    ranked.sort()
+    cap = analysis.policy.patterns.identifiers.max_identifiers
+    kept = ranked if cap is None else ranked[:cap]
+    chosen = sorted(((value, first, use) for _, use, value, first in kept), key=lambda t: t[1])
+    return chosen, len(ranked) - len(kept)
+
+
+def check(view: SpanView) -> list[Finding]:
+    """Identifiers first seen in the span that the retained part refers to."""
+    chosen, left_out = owed(view.analysis, view.start, view.end)
+    out = [
+        Finding(
+            "unresolved_reference", first,
+            f"{value!r} is first seen at message {first} and referred to at message {use}",
+            obligation=ObligationRef("reference", value, first),
+        )
+        for value, first, use in chosen
+    ]  # fmt: skip
+    if left_out:
+        out.append(
+            Finding(
+                "unresolved_reference", None,
+                f"{left_out} more identifiers are referred to later than max_identifiers "
+                "allows; the archive handle covers them",
+            )
+        )  # fmt: skip
+    return out
+
+
+RULE = Rule(
+    name="unresolved_reference",
+    kind="quiescence",
+    summary="an identifier the retained part refers to whose only antecedent is in the span",
+    severities={"default": "carry", "strict": "block", "lenient": "warn"},
+    check=check,
+    scan=scan,
+)
