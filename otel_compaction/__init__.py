@@ -36,8 +36,6 @@ from otel_compaction.summarizers import (
     ModelSummarizer,
     Summarizer,
     SummaryRequest,
-    Verification,
-    verify,
 )
 from otel_compaction.telemetry import DecisionTelemetry, Telemetry, configure
 from otel_compaction.tracing import (
@@ -48,6 +46,7 @@ from otel_compaction.tracing import (
     ToolCallRecorder,
 )
 from otel_compaction.transcript import Transcript
+from otel_compaction.verification import Verification, verify, verify_summary
 
 __all__ = [
     "Analysis",
@@ -91,6 +90,7 @@ __all__ = [
     "conversation",
     "current_conversation_id",
     "verify",
+    "verify_summary",
 ]
 
 __version__ = "0.1.0"

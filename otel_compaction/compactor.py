@@ -341,11 +341,12 @@ class GuardedCompactor:
         conversation_id: str | None = None,
         critical: bool | None = None,
         force: bool = False,
+        end: int | None = None,
     ) -> CompactionResult:
         """`compact`; on a refusal over open obligations, `force_terminal` them and retry once."""
         try:
             return self.compact(
-                messages, conversation_id=conversation_id, critical=critical, force=force
+                messages, conversation_id=conversation_id, critical=critical, force=force, end=end
             )
         except SummaryRejected:
             raise
@@ -353,7 +354,7 @@ class GuardedCompactor:
             if not self.force_terminal(refused, conversation_id=conversation_id):
                 raise
             return self.compact(
-                messages, conversation_id=conversation_id, critical=critical, force=force
+                messages, conversation_id=conversation_id, critical=critical, force=force, end=end
             )
 
     # -- internals ---------------------------------------------------------------------------

@@ -105,6 +105,15 @@ class DecisionTelemetry:
             if decision.extended:
                 span.add_event(semconv.EVENT_EXTENDED, event)
             span.add_event(_EVENT_OF_ACTION[decision.action], event)
+            for finding in decision.findings:
+                if finding.rule == "stale_obligation" and finding.obligation is not None:
+                    span.add_event(
+                        semconv.EVENT_STALE,
+                        {
+                            semconv.OBLIGATION_KIND: finding.obligation.kind,
+                            semconv.OBLIGATION_ID: finding.obligation.id,
+                        },
+                    )
             span.end()
         except Exception:
             _log.exception("otel-compaction: recording a decision span failed")
@@ -131,7 +140,10 @@ def _rules(decision: Decision, analysis: Analysis) -> list[str]:
     # their kind's rule and by any disagreement of the ledger about them.
     rules: list[str] = []
     for ref in decision.obligations:
-        rules.append(_RULE_OF_KIND.get(ref.kind, ref.kind))
+        if ref.kind == "atomic_unit":  # its id is "<rule>@<first message>"
+            rules.append(ref.id.split("@", 1)[0])
+        else:
+            rules.append(_RULE_OF_KIND.get(ref.kind, ref.kind))
         rules.extend(
             conflict.rule
             for conflict in analysis.ledger_conflicts
@@ -143,7 +155,8 @@ def _rules(decision: Decision, analysis: Analysis) -> list[str]:
 
 _RULE_OF_KIND = {
     "tool_call": "open_tool_call",
-    "tool_result": "orphan_result",
+    "tool_result": "unmatched_result",
+    "orphaned_call": "orphan_result",
     "transaction": "open_transaction",
     "retry": "pending_retry",
     "commitment": "dangling_commitment",

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 import pytest
 from conftest import Transcript as Record
 
-from otel_compaction import Analysis, CompactionGate, Decision, Policy, Transcript
+from otel_compaction import (
+    Analysis,
+    CompactionGate,
+    Decision,
+    ExtractiveSummarizer,
+    GuardedCompactor,
+    Policy,
+    Transcript,
+)
 from otel_compaction.patterns import Scan
 
 ALLOWED_AIM = 0.95
@@ -70,7 +78,9 @@ def oldest_half(analysis: Analysis) -> tuple[int, int] | None:
     return None
 
 
-def evaluate(corpus: Sequence[Record], policy: str, addressable: bool) -> list[Request]:
+def evaluate(
+    corpus: Sequence[Record], policy: str, addressable: bool, *, critical: bool = False
+) -> list[Request]:
     """The oldest-half request of every transcript, decided under `policy`."""
     gate = CompactionGate(policy)
     requests: list[Request] = []
@@ -79,7 +89,9 @@ def evaluate(corpus: Sequence[Record], policy: str, addressable: bool) -> list[R
         span = oldest_half(analysis)
         if span is None:
             continue
-        decision = gate.evaluate(analysis, *span, addressable=addressable, raise_on_refuse=False)
+        decision = gate.evaluate(
+            analysis, *span, critical=critical, addressable=addressable, raise_on_refuse=False
+        )
         requests.append(Request(record.label, analysis.transcript, span, decision))
     return requests
 
@@ -202,3 +214,58 @@ def test_ascii_fast_path_finds_what_the_policy_regex_finds(corpus: list[Record])
                 assert (full_want and full_want.span()) == (full_got and full_got.span())
                 checked += 1
     assert checked > 10_000
+
+
+# -- at a critical budget ------------------------------------------------------------------------
+
+CRITICAL_COVERAGE_AIM = 0.95
+
+
+@pytest.fixture(scope="module")
+def decided_critically(corpus: list[Record]) -> list[Request]:
+    """The oldest-half request of every transcript under `default` at a critical budget."""
+    return evaluate(corpus, "default", False, critical=True)
+
+
+def test_a_critical_request_always_compacts_something(
+    decided_critically: list[Request], corpus: list[Record], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At a critical budget the gate may not defer: it compacts (extending as far as needed)
+    or refuses; every refusal is resolved by `compact_or_force`, and median coverage is at
+    least 95%."""
+    by_label = {record.label: record for record in corpus}
+    refused = [r for r in decided_critically if r.decision.action == "refuse"]
+    for r in refused:
+        compactor = GuardedCompactor(ExtractiveSummarizer(), budget=1_000)
+        result = compactor.compact_or_force(
+            by_label[r.label].messages, critical=True, force=True, end=r.span[1]
+        )
+        assert result.compacted, f"{r.label}: {r.decision.describe()}: {result.reason}"
+    median = statistics.median(r.coverage for r in decided_critically)
+    counts = Counter(r.action for r in decided_critically)
+    with capsys.disabled():
+        print(
+            f"\ncritical oldest-half requests: {dict(counts)}, median coverage {median:.1%}, "
+            f"{len(refused)} refusals resolved by compact_or_force"
+        )
+    assert median >= CRITICAL_COVERAGE_AIM
+
+
+def test_no_allowed_span_severs_a_pair_by_an_independent_check(
+    decided: dict[str, list[Request]], decided_critically: list[Request], corpus: list[Record]
+) -> None:
+    """Both ends of every span the gate lets compact are closed cuts of the naive reference
+    pairing in ``test_check_corpus`` (which shares no code with the gate)."""
+    from test_check_corpus import reference
+
+    references = {record.label: reference(record) for record in corpus}
+    checked = 0
+    for requests in (*decided.values(), decided_critically):
+        for r in requests:
+            if r.decision.action == "refuse":
+                continue
+            start, end = r.decision.span
+            cuts = set(references[r.label].closed_cuts)
+            assert start in cuts and end in cuts, f"{r.label}: {r.decision.describe()}"
+            checked += 1
+    assert checked > 500
