@@ -35,11 +35,14 @@ from otel_compaction import Analysis, CompactionGate, Decision, Transcript
 ALLOWED_AIM = 0.95
 COVERAGE_AIM = 0.80
 ACTIONS = ("compact", "extend", "defer", "refuse")
-POLICIES: tuple[tuple[str, str, bool], ...] = (
-    ("default", "default", False),
-    ("strict (addressable=True)", "strict", True),
-    ("lenient", "lenient", False),
+POLICIES: tuple[tuple[str, str, bool, bool], ...] = (
+    # label, policy, addressable, critical
+    ("default", "default", False, False),
+    ("default, critical", "default", False, True),
+    ("strict (addressable=True)", "strict", True, False),
+    ("lenient", "lenient", False, False),
 )
+CRITICAL_COVERAGE_AIM = 0.95
 FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -70,6 +73,7 @@ def outcome(
     gate: CompactionGate,
     fraction: float,
     addressable: bool,
+    critical: bool = False,
 ) -> Outcome | None:
     """Request the oldest `fraction` of `analysis`'s transcript from `gate`."""
     transcript = analysis.transcript
@@ -77,7 +81,9 @@ def outcome(
     span = request(chars, analysis.head, fraction)
     if span is None:
         return None
-    decision = gate.evaluate(analysis, *span, addressable=addressable, raise_on_refuse=False)
+    decision = gate.evaluate(
+        analysis, *span, critical=critical, addressable=addressable, raise_on_refuse=False
+    )
     allowed = decision.action != "refuse"
     start, end = decision.span
     return Outcome(
@@ -126,20 +132,23 @@ def _table(title: str, rows: Sequence[tuple[str, Sequence[Outcome]]]) -> None:
 
 def report(records: Sequence[Record]) -> None:
     """Evaluate every request and print the tables."""
-    gates = {name: CompactionGate(name) for _, name, _ in POLICIES}
-    by_policy: dict[str, list[Outcome]] = {label: [] for label, _, _ in POLICIES}
+    gates = {name: CompactionGate(name) for _, name, _, _ in POLICIES}
+    by_policy: dict[str, list[Outcome]] = {label: [] for label, _, _, _ in POLICIES}
     by_fraction: dict[float, list[Outcome]] = {f: [] for f in FRACTIONS}
     for record in records:
         transcript = Transcript.parse(record.messages)
-        for label, name, addressable in POLICIES:
+        for label, name, addressable, critical in POLICIES:
             analysis = gates[name].analyse(transcript)
-            for fraction in FRACTIONS if name == "default" else (0.5,):
-                found = outcome(record.source, analysis, gates[name], fraction, addressable)
+            sweep = label == "default"
+            for fraction in FRACTIONS if sweep else (0.5,):
+                found = outcome(
+                    record.source, analysis, gates[name], fraction, addressable, critical
+                )
                 if found is None:
                     continue
                 if fraction == 0.5:
                     by_policy[label].append(found)
-                if name == "default":
+                if sweep:
                     by_fraction[fraction].append(found)
 
     default = by_policy["default"]
@@ -170,6 +179,12 @@ def report(records: Sequence[Record]) -> None:
         f"Aims (default policy): allowed >= {ALLOWED_AIM:.0%}: {_pct(allowed, 1)} "
         f"{verdict(allowed >= ALLOWED_AIM)};  median coverage >= {COVERAGE_AIM:.0%}: "
         f"{_pct(median, 1)} {verdict(median >= COVERAGE_AIM)}"
+    )
+    _, critical_allowed, critical_median, _ = _summary(by_policy["default, critical"])
+    print(
+        f"Aims at a critical budget (no deferral): allowed 100%: {_pct(critical_allowed, 1)} "
+        f"{verdict(critical_allowed == 1)};  median coverage >= {CRITICAL_COVERAGE_AIM:.0%}: "
+        f"{_pct(critical_median, 1)} {verdict(critical_median >= CRITICAL_COVERAGE_AIM)}"
     )
     print()
     _table("Every policy, all transcripts (the oldest half)", list(by_policy.items()))

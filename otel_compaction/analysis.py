@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from otel_compaction.identifiers import candidates, is_path
 from otel_compaction.ledger import LedgerSnapshot, Obligation
 from otel_compaction.patterns import scanner
 from otel_compaction.policy import Policy
@@ -36,6 +37,7 @@ Outcome = Literal["success", "silent", "failure", "absence", "rejection"]
 something was not the case, or the call was refused before it ran."""
 
 NEGATIVE_OUTCOMES = frozenset({"failure", "absence", "rejection"})
+_COMMAND_KEYS = frozenset({"command", "cmd", "script"})
 # Kinds whose discharge the ledger records for transcript obligations (tool calls have their
 # own, richer comparison).
 _LEDGER_DISCHARGED = ("transaction", "retry", "commitment", "tool_result")
@@ -90,17 +92,22 @@ def call_subjects(call: ToolCall | None) -> tuple[str, ...]:
         value = call.arguments
     found: list[str] = []
 
-    def walk(item: Any) -> None:
+    def walk(item: Any, key: str = "") -> None:
         if isinstance(item, dict):
-            for inner in item.values():
-                walk(inner)
+            for name, inner in item.items():
+                walk(inner, str(name))
         elif isinstance(item, list):
             for inner in item:
-                walk(inner)
+                walk(inner, key)
         elif isinstance(item, str):
             text = item.strip()
             if 3 <= len(text) <= 120:
                 found.append(text)
+            # A command or a long query is named by its parts: the program run, the paths.
+            if " " in text:
+                if key in _COMMAND_KEYS and len(text.split()[0]) >= 2:
+                    found.append(text.split()[0])
+                found.extend(c for c in candidates(text) if is_path(c))
         elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 1000:
             found.append(str(item))
 
