@@ -40,7 +40,7 @@ NEGATIVE_OUTCOMES = frozenset({"failure", "absence", "rejection"})
 _COMMAND_KEYS = frozenset({"command", "cmd", "script"})
 # Kinds whose discharge the ledger records for transcript obligations (tool calls have their
 # own, richer comparison).
-_LEDGER_DISCHARGED = ("transaction", "retry", "commitment", "tool_result")
+_LEDGER_DISCHARGED = ("transaction", "retry", "commitment", "tool_result", "background_task")
 
 
 @dataclass(frozen=True, slots=True)

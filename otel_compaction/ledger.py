@@ -26,7 +26,9 @@ __all__ = [
     "ResolutionStatus",
 ]
 
-ObligationKind = Literal["tool_call", "transaction", "retry", "commitment", "tool_result"]
+ObligationKind = Literal[
+    "tool_call", "transaction", "retry", "commitment", "tool_result", "background_task"
+]
 ResolutionStatus = Literal[
     "result", "error", "abandoned", "given_up", "withdrawn", "rolled_back", "absorbed"
 ]

@@ -111,6 +111,17 @@ class CommitmentPatterns(_Patterns):
     conditional: list[str] = Field(default_factory=list)
 
 
+class BackgroundPatterns(_Patterns):
+    """How background work is recognised: a call with one of ``launch_arguments`` true whose
+    result names a task id (``ids``, the first group the id); it is done when a later result
+    or message naming the id matches ``done``, or a ``kill_tools`` call names it."""
+
+    launch_arguments: list[str] = Field(default_factory=list)
+    ids: list[str] = Field(default_factory=list)
+    done: list[str] = Field(default_factory=list)
+    kill_tools: list[str] = Field(default_factory=list)
+
+
 class TransactionPatterns(_Patterns):
     """Tool names that open and close a transaction."""
 
@@ -137,6 +148,7 @@ class Patterns(_Model):
     rejection: RejectionPatterns = RejectionPatterns()
     commitment: CommitmentPatterns = CommitmentPatterns()
     transaction: TransactionPatterns = TransactionPatterns()
+    background: BackgroundPatterns = BackgroundPatterns()
     identifiers: IdentifierPatterns = IdentifierPatterns()
 
 
@@ -165,6 +177,19 @@ class StaleAfter(_Model):
 
     turns: int | None = Field(default=3, ge=1)
     seconds: float | None = Field(default=1800, gt=0)
+
+
+class HookModes(_Model):
+    """What a CLI's PreCompact hook does when the compaction would cut open obligations, per
+    trigger: ``block`` it (naming them) or ``warn`` (let it proceed; the summarizer is still
+    told what is pending)."""
+
+    manual: Literal["block", "warn"] = "block"
+    auto: Literal["block", "warn"] = "warn"
+
+    def mode(self, trigger: str) -> Literal["block", "warn"]:
+        """The mode for `trigger` (an unknown trigger is treated as automatic)."""
+        return self.manual if trigger == "manual" else self.auto
 
 
 class SummaryChecks(_Model):
@@ -196,6 +221,7 @@ class Policy(_Model):
     stale_after: StaleAfter = StaleAfter()
     thresholds: Thresholds = Thresholds()
     summaries: SummaryChecks = SummaryChecks()
+    hooks: HookModes = HookModes()
 
     @field_validator("archived_relaxes")
     @classmethod
@@ -233,6 +259,16 @@ class Policy(_Model):
     def commitment_conditional_regex(self) -> re.Pattern[str] | None:
         """Sentences that wait on the user, as one regex."""
         return _compile(self.patterns.commitment.conditional)
+
+    @cached_property
+    def background_id_regex(self) -> re.Pattern[str] | None:
+        """Background task id shapes as one regex."""
+        return _compile(self.patterns.background.ids)
+
+    @cached_property
+    def background_done_regex(self) -> re.Pattern[str] | None:
+        """Background task terminal statuses as one regex."""
+        return _compile(self.patterns.background.done)
 
     @cached_property
     def transaction_begin_regex(self) -> re.Pattern[str] | None:

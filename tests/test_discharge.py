@@ -2,9 +2,9 @@
 its terminal state through the ledger and as a span event, and the compaction then proceeds.
 
 A call is abandoned, a retry chain given up, a commitment withdrawn, a transaction rolled back,
-a result with no call absorbed (it blocks only under `strict`). An obligation older than the
-policy's ``stale_after`` is a ``stale_obligation`` finding and event, so nothing starves
-silently.
+a background task abandoned, a result with no call absorbed (it blocks only under `strict`).
+An obligation older than the policy's ``stale_after`` is a ``stale_obligation`` finding and
+event, so nothing starves silently.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ def open_transaction(s: Script) -> None:
     s.result("t2", "debited 10")
 
 
+def background_task(s: Script) -> None:
+    s.call(Call("b1", "Bash", {"command": "make release", "run_in_background": True}))
+    s.result("b1", "Command running in background with ID: bash_1")
+
+
 def stray_result(s: Script) -> None:
     s.result("ghost", "late answer for a call nobody made")
 
@@ -74,6 +79,12 @@ CASES: dict[str, tuple[Callable[[Script], None], str, str, str]] = {
         "default",
         "rolled_back",
         "commit or roll it back, or force_terminal() records it rolled back",
+    ),
+    "background_task": (
+        background_task,
+        "default",
+        "abandoned",
+        "wait for it to finish or stop it, or force_terminal() records it abandoned",
     ),
     "tool_result": (
         stray_result,

@@ -60,6 +60,7 @@ def test_default_blocks_obligations_and_carries_negatives_and_identifiers() -> N
         "open_transaction": "block",
         "pending_retry": "block",
         "dangling_commitment": "block",
+        "open_background_task": "block",
         "stale_obligation": "carry",
         "null_result": "carry",
         "unresolved_reference": "carry",

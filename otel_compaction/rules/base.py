@@ -41,6 +41,7 @@ DISCHARGE: Final[Mapping[str, str]] = {
     "commitment": "withdrawn",
     "transaction": "rolled_back",
     "tool_result": "absorbed",
+    "background_task": "abandoned",
 }
 """The terminal state `GuardedCompactor.force_terminal` records for each obligation kind."""
 
@@ -50,6 +51,7 @@ _REMEDIES: Final[Mapping[str, str]] = {
     "commitment": "make the promised call, or force_terminal() records it withdrawn",
     "transaction": "commit or roll it back, or force_terminal() records it rolled back",
     "tool_result": "force_terminal() records the result absorbed",
+    "background_task": "wait for it to finish or stop it, or force_terminal() records it abandoned",
     "atomic_unit": "compact the whole unit or none of it",
     "orphaned_call": "start the span at a closed cut, before the call",
 }
