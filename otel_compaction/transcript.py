@@ -55,9 +55,15 @@ _RESPONSES_CALLS: Final = {
     "function_call": "arguments",
     "custom_tool_call": "input",
     "computer_call": "action",
+    "local_shell_call": "action",
 }
 _RESPONSES_OUTPUTS: Final = frozenset(
-    {"function_call_output", "custom_tool_call_output", "computer_call_output"}
+    {
+        "function_call_output",
+        "custom_tool_call_output",
+        "computer_call_output",
+        "local_shell_call_output",
+    }
 )
 # Responses items that carry no obligation of the client's: text, reasoning, and tools the
 # provider runs and resolves inside the same item.

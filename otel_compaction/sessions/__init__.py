@@ -1,0 +1,241 @@
+"""Read the session logs that Claude Code and OpenAI's Codex CLI keep on disk.
+
+Claude Code writes ``$CLAUDE_CONFIG_DIR/projects/<cwd, / turned into ->/<session id>.jsonl``
+(``~/.claude`` by default), its subagents ``<session id>/subagents/agent-*.jsonl``; Codex writes
+``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl`` (``~/.codex`` by default). `read_session`
+turns either into a `Session`: the messages the CLI sends the model, in order, in the model
+API's own format (Anthropic Messages for Claude Code, OpenAI Responses items for Codex), so that
+`Session.transcript` parses them like any other transcript.
+
+Guarantees:
+
+* **The whole log, compactions inline.** ``messages`` holds every message of the log, the ones
+  a compaction replaced included; each compaction's summary is a user message at
+  `Compaction.message_index`, so ``messages[previous summary:message_index]`` is what that
+  compaction summarized. The rebuilding of each format is described in `claude_code` and
+  `codex`.
+* **Traceable.** ``lines[i]`` is the 1-based line of the first record of message ``i`` (in
+  file order, but for what a partial compaction preserved: see `claude_code`);
+  `Compaction.line` is the line of the compaction record itself.
+* **Strict on damage, lenient on novelty.** A line that is not JSON, a record that is not an
+  object, a message record without a usable message, an empty file or a file in neither format
+  raise `TranscriptError` naming the file and the line; record types the reader does not know
+  are skipped, so newer CLI versions stay readable.
+* **Nothing copied needlessly.** Content blocks are shared with the records they come from;
+  the readers never modify a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from otel_compaction.errors import TranscriptError
+from otel_compaction.transcript import Transcript
+
+__all__ = [
+    "CLAUDE_CODE",
+    "CODEX",
+    "Compaction",
+    "Session",
+    "default_locations",
+    "detect_format",
+    "find_session_files",
+    "parse_session",
+    "read_session",
+]
+
+CLAUDE_CODE: Final = "claude_code"
+CODEX: Final = "codex"
+
+Record = tuple[int, Any]
+"""A record with the 1-based line it was read from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """One compaction the CLI made.
+
+    ``message_index`` is the index in `Session.messages` of the summary message (the first
+    message after the boundary), ``line`` the 1-based line of the boundary record (Claude Code)
+    or of the ``compacted`` record (Codex). ``trigger`` is ``manual``, ``auto`` or ``unknown``;
+    ``pre_tokens`` the context size before it, when the log says.
+    """
+
+    message_index: int
+    line: int
+    trigger: str
+    summary: str
+    pre_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A session log read into model messages (see the module docstring for the guarantees).
+
+    ``format`` is ``claude_code`` or ``codex``; ``session_id`` and ``cwd`` come from the log
+    (the first record carrying them) when it has them.
+    """
+
+    path: str
+    format: str
+    messages: list[dict[str, Any]]
+    lines: list[int]
+    compactions: list[Compaction]
+    session_id: str | None = None
+    cwd: str | None = None
+
+    def line_of(self, message_index: int) -> int:
+        """The 1-based line of the first record of message `message_index`."""
+        if not 0 <= message_index < len(self.lines):
+            raise IndexError(
+                f"message index {message_index} out of range for {len(self.lines)} messages"
+            )
+        return self.lines[message_index]
+
+    def transcript(self) -> Transcript:
+        """``Transcript.parse(self.messages)``; an error names the file and line as well."""
+        try:
+            return Transcript.parse(self.messages)
+        except TranscriptError as exc:
+            index = exc.message_index
+            where = (
+                f"line {self.lines[index]}: "
+                if index is not None and 0 <= index < len(self.lines)
+                else ""
+            )
+            error = TranscriptError(f"{self.path}: {where}{exc}")
+            error.message_index = index
+            raise error from None
+
+
+def detect_format(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """``claude_code``, ``codex``, or None when `records` are not a session log of either (a
+    plain list of messages, say). The first record of a recognizable shape decides."""
+    from otel_compaction.sessions import claude_code, codex
+
+    for record in records:
+        if not isinstance(record, Mapping):
+            continue
+        if codex.is_record(record):
+            return CODEX
+        if claude_code.is_record(record):
+            return CLAUDE_CODE
+    return None
+
+
+def parse_session(records: Sequence[Mapping[str, Any]], path: str = "<input>") -> Session:
+    """A `Session` from already-parsed JSONL records, record ``i`` being on line ``i + 1``."""
+    return _parse([(number, record) for number, record in enumerate(records, start=1)], path)
+
+
+def read_session(path: str | Path) -> Session:
+    """Read a Claude Code or Codex session log; `TranscriptError` names the file and line of
+    anything unusable (blank lines are allowed and keep the numbering)."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise TranscriptError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise TranscriptError(f"{name}: is a directory, not a session log") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TranscriptError(f"{name}: cannot read: {exc}") from None
+    return _parse(_records(text, name), name)
+
+
+def find_session_files(paths: Iterable[str | Path]) -> Iterator[Path]:
+    """The session logs under `paths`: a file as given, a directory searched recursively for
+    ``*.jsonl`` (in sorted order), e.g. a whole ``~/.claude/projects`` or ``~/.codex/sessions``."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+        else:
+            yield path
+
+
+def default_locations() -> list[Path]:
+    """Those of ``$CLAUDE_CONFIG_DIR/projects`` (default ``~/.claude/projects``) and
+    ``$CODEX_HOME/sessions`` (default ``~/.codex/sessions``) that exist."""
+    candidates = (
+        _home("CLAUDE_CONFIG_DIR", "~/.claude") / "projects",
+        _home("CODEX_HOME", "~/.codex") / "sessions",
+    )
+    return [path for path in candidates if path.is_dir()]
+
+
+def _home(variable: str, default: str) -> Path:
+    value = os.environ.get(variable)
+    return Path(value or default).expanduser()
+
+
+def _records(text: str, name: str) -> list[Record]:
+    if not text.strip():
+        raise TranscriptError(f"{name}: empty file; expected a Claude Code or Codex session log")
+    records: list[Record] = []
+    # Only "\n" ends a record: JSON text may hold U+2028 and other characters that
+    # str.splitlines would also split on.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append((number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise TranscriptError(
+                f"{name}: line {number}: not JSON (column {exc.colno}: {exc.msg})"
+            ) from None
+        except RecursionError:
+            raise TranscriptError(f"{name}: line {number}: nested too deeply") from None
+    return records
+
+
+def _parse(records: list[Record], path: str) -> Session:
+    from otel_compaction.sessions import claude_code, codex
+
+    for number, record in records:
+        if type(record) is not dict and not isinstance(record, Mapping):
+            raise TranscriptError(
+                f"{path}: line {number}: expected a JSON object, got {type(record).__name__}"
+            )
+    if not records:
+        raise TranscriptError(f"{path}: empty file; expected a Claude Code or Codex session log")
+    kind = detect_format([record for _, record in records])
+    if kind == CLAUDE_CODE:
+        return claude_code.read(records, path)
+    if kind == CODEX:
+        return codex.read(records, path)
+    raise TranscriptError(
+        f"{path}: not a Claude Code or Codex session log: no record has a Claude Code shape "
+        "('type' with 'uuid' or 'sessionId') or a Codex shape ('type' with 'payload'); "
+        "a plain list of messages is read by Transcript.load"
+    )
+
+
+def _trigger(value: Any) -> str:
+    """``manual``, ``auto`` (also for ``automatic``) or ``unknown``."""
+    if value == "manual":
+        return "manual"
+    if value in ("auto", "automatic"):
+        return "auto"
+    return "unknown"
+
+
+def _text_of(content: Any) -> str:
+    """The text of a message's content: a string, or its text parts joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    pieces = [
+        part["text"]
+        for part in content
+        if isinstance(part, Mapping)
+        and part.get("type") in ("text", "input_text", "output_text")
+        and isinstance(part.get("text"), str)
+    ]
+    return "\n".join(pieces)
