@@ -38,6 +38,15 @@ request is recorded (parsed JSON body and headers) before it is answered::
 A request that finds nothing scripted for its API is answered with HTTP 500 in the provider's
 error format (the SDK raises ``InternalServerError`` naming the problem); an
 :class:`ErrorReply` scripts a provider error on purpose, and a :class:`RawReply` any JSON body.
+A :class:`Dynamic` answer is computed from the request when it arrives, for clients that put
+ids of their own making in the history (an agent CLI's background task id, say) that the next
+answer must quote::
+
+    server.enqueue_reply("messages", Dynamic(lambda request: Reply("seen " + task_id(request))))
+
+The usage an answer reports is estimated from the sizes of the request and the answer; a
+:class:`Reply` with ``input_tokens`` reports that many input tokens instead (a huge count makes
+an agent CLI believe its context is full, and compact it).
 
 With ``FakeLLMServer(validate=True)`` the server also enforces the providers' rules on the
 history a request carries (a tool call answered by its result, a result answered to a call,
@@ -77,7 +86,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,6 +106,7 @@ from provider_rules import (
 __all__ = [
     "LOOPBACK",
     "Api",
+    "Dynamic",
     "ErrorReply",
     "FakeLLMServer",
     "ProducedResponse",
@@ -160,12 +170,15 @@ class Reply:
     ``model`` overrides the model name echoed back (by default the request's ``model``).
     ``thinking`` is the reasoning the model produced before answering: an Anthropic
     ``thinking`` block, a Responses ``reasoning`` item; Chat Completions ignores it.
+    ``input_tokens`` is the input token count the answer's ``usage`` reports (by default an
+    estimate from the request's size).
     """
 
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     model: str | None = None
     thinking: str | None = None
+    input_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +200,19 @@ class RawReply:
     status: int = 200
 
 
-Scripted: TypeAlias = "Reply | ErrorReply | RawReply"
+@dataclass(frozen=True, slots=True)
+class Dynamic:
+    """An answer computed when its request arrives: ``respond`` gets the recorded request
+    and returns the :class:`Reply`, :class:`ErrorReply` or :class:`RawReply` to send.
+
+    ``respond`` runs on the server's handler thread; an exception it raises is recorded in
+    :attr:`FakeLLMServer.errors` and the client gets no answer.
+    """
+
+    respond: Callable[[RecordedRequest], Reply | ErrorReply | RawReply]
+
+
+Scripted: TypeAlias = "Reply | ErrorReply | RawReply | Dynamic"
 """Anything that can be scripted as the next answer of an API."""
 
 
@@ -319,10 +344,11 @@ class FakeLLMServer(LoopbackService):
         tool_calls: Iterable[ToolCall] = (),
         model: str | None = None,
         thinking: str | None = None,
+        input_tokens: int | None = None,
     ) -> Reply:
         """Script the next answer of ``api``: ``text``, ``tool_calls``, or both, after
-        ``thinking`` if given; return it."""
-        reply = Reply(text, tuple(tool_calls), model, thinking)
+        ``thinking`` if given, reporting ``input_tokens`` if given; return it."""
+        reply = Reply(text, tuple(tool_calls), model, thinking, input_tokens)
         self.enqueue_reply(api, reply)
         return reply
 
@@ -512,7 +538,7 @@ class _Handler(BaseHTTPRequestHandler):
             raw_body=raw,
             body=body,
         )
-        request, reply, number = fake._record_and_take(request)
+        request, scripted, number = fake._record_and_take(request)
         api = request.api
         if api is None:
             self._error(None, HTTPStatus.NOT_FOUND, f"FakeLLMServer: no endpoint {self.path}")
@@ -523,6 +549,7 @@ class _Handler(BaseHTTPRequestHandler):
         if request.rejection is not None:
             self._error(api, HTTPStatus.BAD_REQUEST, request.rejection, "invalid_request_error")
             return
+        reply = scripted.respond(request) if isinstance(scripted, Dynamic) else scripted
         if reply is None:
             self._error(
                 api,
@@ -617,7 +644,11 @@ class _Builder:
         self.number = number
         self.model = reply.model or str(body.get("model") or "fake-model")
         self.created = int(time.time())
-        self.input_tokens = _token_estimate(json.dumps(body))
+        self.input_tokens = (
+            reply.input_tokens
+            if reply.input_tokens is not None
+            else _token_estimate(json.dumps(body))
+        )
         produced = (reply.text or "") + "".join(c.arguments_json for c in reply.tool_calls)
         # Reasoning is billed as output, as the providers do.
         self.reasoning_tokens = _token_estimate(reply.thinking) if reply.thinking else 0
