@@ -128,6 +128,39 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("policies", nargs="+", metavar="NAME|FILE")
     actions.add_parser("schema", help="print the policy file's JSON Schema")
 
+    audit = commands.add_parser(
+        "audit",
+        help="judge the compactions in Claude Code and Codex session logs",
+        description="For every compaction in the session logs: whether it fell on a closed "
+        "boundary and what was open then, what its summary failed to carry (against what the "
+        "session used afterwards), and the calls re-issued after it that repeat one already "
+        "resolved. PATH may be a file or a directory (searched for *.jsonl); with no PATH, "
+        "$CLAUDE_CONFIG_DIR/projects and $CODEX_HOME/sessions.",
+        epilog="exit status: 0 clean, 1 findings, 2 unusable input",
+    )
+    audit.add_argument("paths", nargs="*", metavar="PATH", help="session logs or directories")
+    audit.add_argument("--policy", default="default", metavar="NAME|FILE")
+    audit.add_argument("--format", choices=("text", "json"), default="text")
+
+    hook = commands.add_parser(
+        "hook",
+        help="the Claude Code and Codex compaction hooks, and their installer",
+        description="Run as a Claude Code or Codex hook (the hook's JSON on stdin): "
+        "PreCompact blocks a compaction over open obligations and hands the summarizer what "
+        "it must carry, PostCompact verifies the summary, SessionStart (after a compaction) "
+        "injects what the summary lost. 'install' and 'uninstall' edit the CLI's settings.",
+    )
+    hooks = hook.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for cli in ("claude-code", "codex"):
+        hooks.add_parser(cli, help=f"run as a {cli} hook (reads the hook's JSON on stdin)")
+    for action in ("install", "uninstall"):
+        edit = hooks.add_parser(action, help=f"{action} the hooks in a CLI's settings")
+        edit.add_argument("cli", choices=("claude-code", "codex"))
+        scope = edit.add_mutually_exclusive_group()
+        scope.add_argument("--user", dest="scope", action="store_const", const="user")
+        scope.add_argument("--project", dest="scope", action="store_const", const="project")
+        edit.set_defaults(scope="user")
+
     archive = commands.add_parser("archive", help="read spans archived by reversible compaction")
     stored = archive.add_subparsers(dest="action", metavar="ACTION", required=True)
     db_help = f"archive database (default: ${ARCHIVE_ENV}, else ./{DEFAULT_ARCHIVE_PATH})"
@@ -160,6 +193,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             return _demo(args, out)
         if args.command == "archive":
             return _archive(args, out)
+        if args.command == "audit":
+            return _audit(args, out)
+        if args.command == "hook":
+            return _hook(args, out)
         return _policy(args, out)
     except CompactionError as exc:
         print(f"otel-compaction: error: {exc}", file=sys.stderr)
@@ -172,6 +209,61 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     except BrokenPipeError:  # the reader went away (| head); nothing left to say
         sys.stderr.close()
         return EXIT_OK
+
+
+def _audit(args: argparse.Namespace, out: TextIO) -> int:
+    from otel_compaction.audit import audit_session, to_json, write_text
+    from otel_compaction.sessions import default_locations, find_session_files, read_session
+
+    policy = Policy.load(args.policy)
+    roots = [Path(p) for p in args.paths] or default_locations()
+    for root in roots:
+        if not root.exists():
+            raise CompactionError(f"{root}: no such file or directory")
+    files = list(find_session_files(roots))
+    progress = len(files) > 1 and sys.stderr.isatty()
+    audits = []
+    for number, path in enumerate(files, start=1):
+        if progress:
+            print(f"\r[{number}/{len(files)}] {path}"[:120], end="", file=sys.stderr, flush=True)
+        try:
+            session = read_session(path)
+        except CompactionError as exc:
+            if len(files) == 1:
+                raise
+            print(f"otel-compaction: skipped {exc}", file=sys.stderr)
+            continue
+        audits.append(audit_session(session, policy))
+    if progress:
+        print(file=sys.stderr)
+    if args.format == "json":
+        out.write(to_json(audits) + "\n")
+    else:
+        for audited in audits:
+            write_text(out, audited)
+        found = sum(len(a.compactions) for a in audits)
+        out.write(f"{len(audits)} session log(s), {found} compaction(s)\n")
+    return EXIT_OK if all(a.clean for a in audits) else EXIT_FINDINGS
+
+
+def _hook(args: argparse.Namespace, out: TextIO) -> int:
+    import os
+
+    from otel_compaction.hooks import install as installer
+    from otel_compaction.hooks.run import main as run_hook_main
+
+    if args.action in ("claude-code", "codex"):
+        return run_hook_main(args.action)
+    path = installer.settings_path(args.cli, args.scope, os.environ, Path.cwd())
+    if args.action == "install":
+        added = installer.install(args.cli, path)
+        what = ", ".join(added) if added else "nothing (already installed)"
+        out.write(f"{path}: added {what}\n")
+    else:
+        removed = installer.uninstall(path)
+        what = ", ".join(removed) if removed else "nothing (not installed)"
+        out.write(f"{path}: removed {what}\n")
+    return EXIT_OK
 
 
 def _span(text: str) -> tuple[int, int | None]:
@@ -191,7 +283,14 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
         args.path = str(EXAMPLE_TRANSCRIPT)
     policy = Policy.load(args.policy)
     span = _span(args.span) if args.span else None
-    transcript = Transcript.parse(load_messages(args.path))
+    records = load_messages(args.path)
+    lines: list[int] | None = None
+    from otel_compaction.sessions import detect_format, parse_session
+
+    if detect_format(records) is not None:  # a Claude Code or Codex session log
+        session = parse_session(records, "<stdin>" if args.path == "-" else args.path)
+        records, lines = session.messages, session.lines
+    transcript = Transcript.parse(records)
     gate = CompactionGate(policy)
     analysis = gate.analyse(transcript)
     findings = gate.check(analysis)
@@ -205,6 +304,8 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
         except CompactionRefused as refused:
             decision = refused.decision
     report = _report(analysis, findings, decision, policy)
+    if lines is not None:
+        _add_lines(report, lines)
     if args.format == "json":
         json.dump(report, out, ensure_ascii=False)
         out.write("\n")
@@ -237,6 +338,25 @@ def _report(
     if decision is not None:
         report["decision"] = decision.to_dict()
     return report
+
+
+def _add_lines(report: dict[str, Any], lines: list[int]) -> None:
+    """Beside every message index of a session log's report, the file's line number."""
+
+    def place(item: dict[str, Any]) -> None:
+        index = item.get("message_index")
+        if isinstance(index, int) and 0 <= index < len(lines):
+            item["line"] = lines[index]
+
+    for key in ("findings", "open_calls", "orphan_results"):
+        for item in report[key]:
+            place(item)
+    decision = report.get("decision")
+    if decision is not None:
+        for key in ("findings", "obligations"):
+            for item in decision[key]:
+                place(item)
+    report["lines"] = lines
 
 
 def _ranges(cuts: list[int]) -> str:
@@ -283,11 +403,12 @@ def _write_text(
     else:
         w("orphan results: none\n")
     shown = list(findings) + (list(decision.findings) if decision else [])
-    _write_findings(w, "findings", findings)
+    lines = report.get("lines")
+    _write_findings(w, "findings", findings, lines)
     if decision is not None:
         w(f"\ndecision: {decision.action.upper()}: {decision.describe()}\n")
         _write_findings(w, f"findings in messages {decision.span[0]}..{decision.span[1] - 1}",
-                        list(decision.findings))  # fmt: skip
+                        list(decision.findings), lines)  # fmt: skip
         carry = decision.must_carry
         if carry.identifiers:
             w(f"must carry identifiers: {', '.join(carry.identifiers)}\n")
@@ -301,13 +422,17 @@ def _write_text(
             w(f"  {rule}: {_meaning(rule)}\n")
 
 
-def _write_findings(w: Any, title: str, findings: list[Finding]) -> None:
+def _write_findings(
+    w: Any, title: str, findings: list[Finding], lines: list[int] | None = None
+) -> None:
     if not findings:
         w(f"{title}: none\n")
         return
     w(f"{title} ({len(findings)}):\n")
     for f in findings:
         where = f"message {f.message_index}" if f.message_index is not None else "ledger"
+        if lines is not None and f.message_index is not None and f.message_index < len(lines):
+            where += f" (line {lines[f.message_index]})"
         w(f"  [{f.severity:5}] {where:>12}  {f.rule}: {f.detail}\n")
 
 

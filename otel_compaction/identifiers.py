@@ -19,7 +19,9 @@ from otel_compaction.patterns import Scan
 
 __all__ = ["candidates", "canonical", "find_identifiers", "is_path", "same_identifier"]
 
-_RUN: Final = re.compile(r"[\w.+@/~#-]*[\d@/-][\w.+@/~#-]*")
+# Only from the start of a run (the lookbehind), so a run without a digit, @, / or - costs one
+# pass over it and the whole scan stays linear in the text.
+_RUN: Final = re.compile(r"(?<![\w.+@/~#-])[\w.+@/~#-]*[\d@/-][\w.+@/~#-]*")
 # Punctuation that ends a sentence or closes a quotation around a value, never part of it.
 _TRAILING: Final = ".,;:!?'\"`)]}>"
 _LEADING: Final = "'\"`([{<#"

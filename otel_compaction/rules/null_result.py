@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from otel_compaction.patterns import scanner
 from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
@@ -31,13 +32,27 @@ def scan(analysis: Analysis) -> list[Negative]:
         tool = call.name if call is not None else ""
         if tool in ignored:
             continue
-        excerpt = " ".join(result.text[:RESULT_HEAD].split())[:200] or "(empty result)"
+        excerpt = _excerpt(analysis, result.text[:RESULT_HEAD]) or "(empty result)"
         out.append(
             Negative(
                 result.message_index, result.call_id, tool, excerpt, call_subjects(call), outcome
             )
         )
     return out
+
+
+def _excerpt(analysis: Analysis, head: str) -> str:
+    """About 200 characters of the result around what makes it negative (a tool's preamble,
+    such as a shell's exit-status header, is not what the summary must say)."""
+    flat = " ".join(head.split())
+    policy = analysis.policy
+    for regex in (policy.rejection_regex, policy.null_regex, policy.error_regex):
+        found = scanner(regex)
+        match = found.search(flat) if found is not None else None
+        if match is not None:
+            start = max(0, match.start() - 60)
+            return ("…" if start else "") + flat[start : start + 200]
+    return flat[:200]
 
 
 def check(view: SpanView) -> list[Finding]:

@@ -15,7 +15,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from otel_compaction.identifiers import find_identifiers
+from otel_compaction.identifiers import find_identifiers, is_path
 from otel_compaction.patterns import scanner
 from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
 
@@ -64,12 +64,37 @@ def scan(analysis: Analysis) -> Bindings:
             else:
                 where[0].append(entry.index)
                 where[1].append(refers)
+    _merge_relative_paths(table)
     for value, (at, flags) in sorted(table.items(), key=lambda kv: (kv[1][0][0], kv[0])):
         bindings.values.append(value)
         bindings.first.append(at[0])
         bindings.at.append(at)
         bindings.refers.append(flags)
     return bindings
+
+
+def _merge_relative_paths(table: dict[str, tuple[list[int], list[bool]]]) -> None:
+    """Fold a relative path into the one absolute path it is the tail of (``src/a.py`` and
+    ``/home/dev/shop/src/a.py`` are one file), so that either form binds the other."""
+    tails: dict[str, list[str]] = {}
+    for value in table:
+        if value.startswith(("/", "~")) and is_path(value):
+            parts = value.split("/")
+            for cut in range(1, len(parts) - 1):
+                tails.setdefault("/".join(parts[cut:]), []).append(value)
+    for value in list(table):
+        if value.startswith(("/", "~")) or not is_path(value):
+            continue
+        targets = tails.get(value.lstrip("/"))
+        if not targets or len(targets) != 1:
+            continue  # not a tail of any absolute path, or ambiguous
+        merged: dict[int, bool] = {}
+        for index, refers in zip(*table[targets[0]], strict=True):
+            merged[index] = refers
+        for index, refers in zip(*table.pop(value), strict=True):
+            merged[index] = merged.get(index, True) and refers
+        ordered = sorted(merged.items())
+        table[targets[0]] = ([i for i, _ in ordered], [r for _, r in ordered])
 
 
 def owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int, int]], int]:

@@ -1,0 +1,209 @@
+"""Audit the compactions a CLI already made: was each one safe, and what went wrong after it?
+
+For every compaction in a session log (Claude Code, Codex; see `otel_compaction.sessions`) the
+audit takes the span it replaced (from the previous compaction's summary, or the start, to the
+boundary) and what the session did afterwards (up to the next compaction), and reports:
+
+* ``closed``: whether the boundary was a closed cut (no call waiting for its result, no unit a
+  provider needs whole cut through) and the obligations still open there;
+* ``summary_missing``: what the summary failed to carry, by `verify_summary`, against what the
+  session used afterwards (identifiers it referred to, negatives, pending obligations);
+* ``reissued_after``: calls made after the compaction with the same tool and arguments as one
+  that had already resolved before it (seed 1's duplicate side effect; a file read or written
+  again that was already handled).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_compaction.analysis import call_target
+from otel_compaction.gate import CompactionGate
+from otel_compaction.policy import Policy
+from otel_compaction.rules import ObligationRef, SpanView, run_rules
+from otel_compaction.sessions import Compaction, Session
+from otel_compaction.transcript import Transcript
+from otel_compaction.verification import Verification, verify_summary
+
+__all__ = ["CompactionAudit", "Reissue", "SessionAudit", "audit_session", "to_json", "write_text"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reissue:
+    """A call made after a compaction that repeats one resolved before it."""
+
+    tool: str
+    call_id: str
+    duplicate_of: str
+    message_index: int
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionAudit:
+    """One compaction, judged."""
+
+    compaction: Compaction
+    closed: bool
+    open_obligations: tuple[ObligationRef, ...]
+    summary_missing: Verification
+    reissued_after: tuple[Reissue, ...]
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing is wrong with it."""
+        return (
+            self.closed
+            and not self.open_obligations
+            and self.summary_missing.ok
+            and not self.reissued_after
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The compaction in ``audit --format json``'s contract."""
+        return {
+            "message_index": self.compaction.message_index,
+            "line": self.compaction.line,
+            "trigger": self.compaction.trigger,
+            "closed": self.closed,
+            "open_obligations": [
+                {
+                    "kind": o.kind,
+                    "id": o.id,
+                    "name": o.name,
+                    "message_index": o.message_index,
+                    "discharge": o.discharge,
+                }
+                for o in self.open_obligations
+            ],
+            "summary_missing": self.summary_missing.to_dict(),
+            "reissued_after": [
+                {
+                    "tool": r.tool,
+                    "call_id": r.call_id,
+                    "duplicate_of": r.duplicate_of,
+                    "message_index": r.message_index,
+                    "line": r.line,
+                }
+                for r in self.reissued_after
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAudit:
+    """Every compaction of one session log."""
+
+    session: Session
+    compactions: tuple[CompactionAudit, ...] = field(default_factory=tuple)
+
+    @property
+    def clean(self) -> bool:
+        """True when every compaction is clean."""
+        return all(c.clean for c in self.compactions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file in ``audit --format json``'s contract."""
+        return {
+            "path": self.session.path,
+            "format": self.session.format,
+            "messages": len(self.session.messages),
+            "compactions": [c.to_dict() for c in self.compactions],
+        }
+
+
+def audit_session(session: Session, policy: Policy | str = "default") -> SessionAudit:
+    """Judge every compaction of `session` under `policy`."""
+    gate = CompactionGate(policy)
+    summaries = [c.message_index for c in session.compactions]
+    audits: list[CompactionAudit] = []
+    for number, compaction in enumerate(session.compactions):
+        # The context it replaced began with the previous compaction's summary.
+        start = summaries[number - 1] if number else 0
+        boundary = compaction.message_index
+        following = summaries[number + 1] if number + 1 < len(summaries) else None
+        before = session.messages[start:boundary]
+        after = session.messages[boundary + 1 : following]
+        audits.append(_audit(gate, session, compaction, before, after, boundary))
+    return SessionAudit(session, tuple(audits))
+
+
+def _audit(
+    gate: CompactionGate,
+    session: Session,
+    compaction: Compaction,
+    before: Sequence[dict[str, Any]],
+    after: Sequence[dict[str, Any]],
+    boundary: int,
+) -> CompactionAudit:
+    messages = [*before, *after]
+    cut = len(before)
+    analysis = gate.analyse(messages)
+    if cut == 0:
+        return CompactionAudit(compaction, True, (), Verification(), ())
+    findings = run_rules(SpanView(analysis, 0, cut))
+    open_obligations = tuple(
+        dict.fromkeys(f.obligation for f in findings if f.severity == "block" and f.obligation)
+    )
+    missing = verify_summary(analysis.transcript, (0, cut), compaction.summary, policy=gate.policy)
+    reissued = _reissued(analysis.transcript, cut, boundary, session)
+    return CompactionAudit(
+        compaction, bool(analysis.pair_closed[cut]), open_obligations, missing, reissued
+    )
+
+
+def _reissued(
+    transcript: Transcript, cut: int, boundary: int, session: Session
+) -> tuple[Reissue, ...]:
+    """Calls after `cut` repeating (same tool, same arguments) a call resolved before it."""
+    resolved: dict[tuple[str, str], str] = {}
+    for call in transcript.calls:
+        if call.message_index >= cut:
+            break
+        result = transcript.result_of(call)
+        if result is not None and result.message_index < cut:
+            resolved[(call.name, call_target(call))] = call.id
+    out: list[Reissue] = []
+    for call in transcript.calls:
+        if call.message_index < cut:
+            continue
+        earlier = resolved.get((call.name, call_target(call)))
+        if earlier is not None:
+            index = boundary + 1 + (call.message_index - cut)
+            out.append(Reissue(call.name, call.id, earlier, index, session.line_of(index)))
+    return tuple(out)
+
+
+def to_json(audits: Sequence[SessionAudit]) -> str:
+    """``{"files": [...]}``, as ``audit --format json`` prints it."""
+    return json.dumps({"files": [a.to_dict() for a in audits]}, ensure_ascii=False)
+
+
+def write_text(out: Any, audit: SessionAudit) -> None:
+    """A person's view of one file's audit."""
+    session = audit.session
+    w = out.write
+    w(
+        f"{session.path}: {session.format}, {len(session.messages)} messages, "
+        f"{len(audit.compactions)} compaction(s)\n"
+    )
+    for number, item in enumerate(audit.compactions, start=1):
+        c = item.compaction
+        verdict = "clean" if item.clean else "FINDINGS"
+        boundary = "closed" if item.closed else "NOT closed (a call or unit was cut)"
+        w(
+            f"  compaction {number} at line {c.line} (message {c.message_index}, "
+            f"{c.trigger}): {verdict}; boundary {boundary}\n"
+        )
+        for ref in item.open_obligations:
+            w(f"    open: {ref.describe()} ({ref.discharge})\n")
+        for line in item.summary_missing.describe():
+            w(f"    summary missing: {line}\n")
+        for again in item.reissued_after:
+            w(
+                f"    re-issued at line {again.line}: {again.tool} ({again.call_id}) repeats "
+                f"{again.duplicate_of}, already resolved before the compaction\n"
+            )

@@ -1,0 +1,124 @@
+"""Install and remove the hooks in a CLI's settings: Claude Code's ``settings.json`` (the user's
+``$CLAUDE_CONFIG_DIR/settings.json`` or a project's ``.claude/settings.json``), Codex's
+``$CODEX_HOME/hooks.json`` (or a project's ``.codex/hooks.json``).
+
+Installing is idempotent (an entry already there is not added again), keeps every other hook,
+and writes a backup of the file it changes (``<file>.otel-compaction.bak``). Removing takes out
+exactly the entries it added. Each entry runs this interpreter (``python -m otel_compaction``),
+so the hooks work without the package's script on the CLI's ``PATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from otel_compaction.errors import CompactionError
+from otel_compaction.hooks.run import home_of
+
+__all__ = ["EVENTS", "install", "settings_path", "uninstall"]
+
+EVENTS: Final = (("PreCompact", ""), ("PostCompact", ""), ("SessionStart", "compact"))
+"""The events hooked, each with its matcher (SessionStart only after a compaction)."""
+_MARK: Final = "otel_compaction hook "
+
+
+def settings_path(cli: str, scope: str, environ: Mapping[str, str], cwd: Path) -> Path:
+    """The settings file of `cli` for `scope` (``user`` or ``project``)."""
+    name = "settings.json" if cli == "claude-code" else "hooks.json"
+    if scope == "project":
+        return cwd / (".claude" if cli == "claude-code" else ".codex") / name
+    return home_of(cli, environ) / name
+
+
+def command(cli: str) -> str:
+    """The command line an entry runs."""
+    return f"{shlex.quote(sys.executable)} -m {_MARK}{cli}"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CompactionError(f"{path}: cannot read the settings file: {exc}") from None
+    if not isinstance(data, dict):
+        raise CompactionError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    hooks = data.get("hooks", {})
+    if not isinstance(hooks, dict):
+        raise CompactionError(f"{path}: 'hooks' must be an object")
+    return data
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        shutil.copy2(path, path.with_name(path.name + ".otel-compaction.bak"))
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    temporary.replace(path)
+
+
+def _ours(entry: Any) -> bool:
+    return isinstance(entry, dict) and _MARK in str(entry.get("command", ""))
+
+
+def install(cli: str, path: Path) -> list[str]:
+    """Add the hooks of `cli` to the settings file at `path`; return the events added."""
+    data = _read(path)
+    hooks: dict[str, Any] = data.setdefault("hooks", {})
+    added: list[str] = []
+    for event, matcher in EVENTS:
+        groups = hooks.setdefault(event, [])
+        if not isinstance(groups, list):
+            raise CompactionError(f"{path}: hooks.{event} must be a list")
+        present = any(
+            _ours(entry)
+            for group in groups
+            if isinstance(group, dict)
+            for entry in group.get("hooks", [])
+        )
+        if present:
+            continue
+        groups.append({"matcher": matcher, "hooks": [{"type": "command", "command": command(cli)}]})
+        added.append(event)
+    if added:
+        _write(path, data)
+    return added
+
+
+def uninstall(path: Path) -> list[str]:
+    """Remove the entries `install` added from the settings file at `path`; return the events
+    they were removed from."""
+    if not path.exists():
+        return []
+    data = _read(path)
+    hooks: dict[str, Any] = data.get("hooks", {})
+    removed: list[str] = []
+    for event in list(hooks):
+        groups = hooks[event]
+        if not isinstance(groups, list):
+            continue
+        kept = []
+        for group in groups:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                entries = [e for e in group["hooks"] if not _ours(e)]
+                if len(entries) != len(group["hooks"]):
+                    removed.append(event)
+                    if entries:
+                        kept.append({**group, "hooks": entries})
+                    continue
+            kept.append(group)
+        if kept:
+            hooks[event] = kept
+        else:
+            del hooks[event]
+    if removed:
+        _write(path, data)
+    return list(dict.fromkeys(removed))

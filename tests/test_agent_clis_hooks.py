@@ -1,0 +1,163 @@
+"""The project's own hooks, installed with ``otel-compaction hook install``, in the real Claude
+Code and Codex CLIs (offline, against the fake model server): a compaction over an open
+obligation is blocked naming it; a quiescent one proceeds, the summarizer is handed what it
+must carry (Claude Code), the fake summary drops an identifier and a negative, and the next
+model request carries exactly those as repair context. The CLIs are pinned and installed by
+``.ci/run`` (see ``agent_clis``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from agent_clis import ClaudeCode, Codex, claude_compaction_request, codex_request_kind
+from fake_llm_server import (
+    FakeLLMServer,
+    ToolCall,
+    fake_llm_server_fixture,  # noqa: F401
+)
+
+from otel_compaction.audit import audit_session
+from otel_compaction.hooks import install as installer
+from otel_compaction.sessions import read_session
+
+SMALL = ("--tools", "Bash,Read", "--system-prompt-snapshot", "off")
+ORDER = "4417730215"
+
+
+@pytest.fixture
+def claude(fake_llm_server: FakeLLMServer, tmp_path: Path) -> ClaudeCode:
+    cli = ClaudeCode(fake_llm_server, tmp_path)
+    settings = cli.config_dir / "settings.json"
+    assert installer.install("claude-code", settings) == [
+        "PreCompact",
+        "PostCompact",
+        "SessionStart",
+    ]
+    return cli
+
+
+@pytest.fixture
+def codex(fake_llm_server: FakeLLMServer, tmp_path: Path) -> Codex:
+    cli = Codex(fake_llm_server, tmp_path)
+    cli.write_config()
+    installer.install("codex", cli.home / "hooks.json")
+    cli.trust_hooks()
+    return cli
+
+
+def test_claude_code_blocks_compacting_over_an_unkept_promise(
+    claude: ClaudeCode, fake_llm_server: FakeLLMServer
+) -> None:
+    fake_llm_server.enqueue("messages", "I will verify the deployment of web-7 next.")
+    first = claude.run("Deploy web-7.", extra_args=SMALL)
+
+    blocked = claude.compact(first.session_id, extra_args=SMALL)
+
+    assert blocked.result.startswith("Compaction blocked by PreCompact hook:")
+    assert "commitment I will verify" in blocked.result
+    assert "make the promised call, or force_terminal() records it withdrawn" in blocked.result
+    assert not any(claude_compaction_request(r.json) for r in fake_llm_server.requests)
+
+
+def test_claude_code_compaction_carries_and_repairs(
+    claude: ClaudeCode, fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    missing = tmp_path / "work" / "orders" / f"{ORDER}.json"
+    cat = ToolCall("Bash", {"command": f"cat {missing}", "description": "Read"}, id="toolu_cat")
+    fake_llm_server.enqueue("messages", tool_calls=[cat])
+    fake_llm_server.enqueue("messages", f"There is no file for order {ORDER}.")
+    fake_llm_server.enqueue("messages", "Looking again.")
+    summary = "<analysis>x</analysis>\n<summary>The user asked about an order.</summary>"
+    fake_llm_server.enqueue("messages", summary)
+    fake_llm_server.enqueue("messages", "Done.")
+
+    first = claude.run(f"Show order {ORDER}.", extra_args=SMALL)
+    session = first.session_id
+    claude.run(f"Try order {ORDER} once more.", resume=session, extra_args=SMALL)
+    compacted = claude.compact(session, extra_args=SMALL)
+    assert compacted.output["is_error"] is False
+    claude.run("Go on.", resume=session, extra_args=SMALL)
+
+    # The summarizer was told what to keep: the order id and the failed read.
+    [request] = [r for r in fake_llm_server.requests if claude_compaction_request(r.json)]
+    prompt = json.dumps(request.json["messages"][-1])
+    assert "When you write the summary, keep the following exactly" in prompt
+    assert f"- {ORDER}" in prompt
+    assert "Negative results" in prompt and "No such file" in prompt
+    assert "archived as arc_" in prompt
+    # The summary dropped both: the next request carries them, and only them, as repair.
+    following = json.dumps(fake_llm_server.requests[-1].json["messages"])
+    assert "The compaction summary left out the following (otel-compaction)" in following
+    assert f"- {ORDER}" in following
+    assert "No such file or directory" in following
+    assert "otel-compaction archive show arc_" in following
+    # The archived span reads back from the CLI's config directory.
+    log = read_session(claude.session_file(session))
+    assert len(log.compactions) == 1
+
+
+def test_codex_blocks_compacting_over_an_unkept_promise(
+    codex: Codex, fake_llm_server: FakeLLMServer
+) -> None:
+    fake_llm_server.enqueue("responses", "I will verify the deployment of web-7 next.")
+    with codex.app_server() as server:
+        thread = server.start_thread()
+        assert server.run_turn(thread, "Deploy web-7.")["status"] == "completed"
+        turn = server.compact(thread)
+        stopped = [
+            n["params"]
+            for n in server.notifications
+            if n["method"] == "hook/completed" and n["params"]["run"]["status"] == "stopped"
+        ]
+    assert turn["status"] == "interrupted"
+    assert [codex_request_kind(r.headers) for r in fake_llm_server.requests] == ["turn"]
+    [run] = stopped
+    text = json.dumps(run)
+    assert "commitment I will verify" in text
+
+
+def test_codex_compaction_is_verified_and_repaired(
+    codex: Codex, fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    missing = tmp_path / "work" / "orders" / f"{ORDER}.json"
+    cat = ToolCall("exec_command", {"cmd": f"cat {missing}"}, id="call_cat")
+    fake_llm_server.enqueue("responses", tool_calls=[cat])
+    fake_llm_server.enqueue("responses", f"There is no file for order {ORDER}.")
+    fake_llm_server.enqueue("responses", "Looking again.")
+    fake_llm_server.enqueue("responses", "The user asked about an order.")  # the summary
+    fake_llm_server.enqueue("responses", "Done.")
+    with codex.app_server() as server:
+        thread = server.start_thread()
+        assert server.run_turn(thread, f"Show order {ORDER}.")["status"] == "completed"
+        assert server.run_turn(thread, f"Try order {ORDER} once more.")["status"] == "completed"
+        assert server.compact(thread)["status"] == "completed"
+        assert server.run_turn(thread, "Go on.")["status"] == "completed"
+    kinds = [codex_request_kind(r.headers) for r in fake_llm_server.requests]
+    assert kinds.count("compaction") == 1
+    following = json.dumps(fake_llm_server.requests[-1].json["input"])
+    assert "The compaction summary left out the following (otel-compaction)" in following
+    assert f"- {ORDER}" in following
+    assert "No such file or directory" in following
+
+
+def test_audit_finds_the_write_reissued_after_a_real_compaction(
+    claude: ClaudeCode, fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    target = tmp_path / "work" / "config.yaml"
+    write = {"command": f"echo 'port: 8443' > {target}", "description": "Write the config"}
+    fake_llm_server.enqueue("messages", tool_calls=[ToolCall("Bash", write, id="toolu_w1")])
+    fake_llm_server.enqueue("messages", "Wrote the config.")
+    fake_llm_server.enqueue("messages", "<summary>The user asked for a config change.</summary>")
+    # After the compaction the model no longer sees that the write happened: it writes again.
+    fake_llm_server.enqueue("messages", tool_calls=[ToolCall("Bash", write, id="toolu_w2")])
+    fake_llm_server.enqueue("messages", "Wrote it again.")
+    first = claude.run("Set the port to 8443 in config.yaml.", extra_args=SMALL)
+    claude.compact(first.session_id, extra_args=SMALL)
+    claude.run("Is the port set?", resume=first.session_id, extra_args=SMALL)
+
+    [audited] = audit_session(read_session(claude.session_file(first.session_id))).compactions
+    assert [(r.tool, r.call_id, r.duplicate_of) for r in audited.reissued_after] == [
+        ("Bash", "toolu_w2", "toolu_w1")
+    ]

@@ -1,0 +1,204 @@
+"""The Claude Code and Codex compaction hooks, on session logs written the way the CLIs write
+them: PreCompact blocks over open obligations and hands the summarizer the must-carry table,
+PostCompact verifies the summary, SessionStart after a compaction injects what it lost; a hook
+never blocks by accident. (The same flows through the real CLIs are in
+``test_agent_clis_hooks.py``.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from session_builders import ClaudeSession
+
+from otel_compaction import Archive
+from otel_compaction.hooks import HookResult, run_hook
+from otel_compaction.hooks import install as installer
+from otel_compaction.hooks.guard import Guard
+
+
+def environ(tmp_path: Path) -> dict[str, str]:
+    return {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "CODEX_HOME": str(tmp_path / "codex")}
+
+
+def payload(session: Path, event: str, **extra: Any) -> str:
+    return json.dumps(
+        {
+            "session_id": "sess-1",
+            "transcript_path": str(session),
+            "cwd": "/home/dev/shop",
+            "hook_event_name": event,
+            **extra,
+        }
+    )
+
+
+def busy_session(tmp_path: Path) -> Path:
+    """A release build started in the background, never seen finished."""
+    s = ClaudeSession(tmp_path / "busy.jsonl")
+    s.user("Build the release in the background, then tell me.")
+    s.call("toolu_1", "Bash", command="make release", run_in_background=True)
+    s.result("toolu_1", "Command running in background with ID: bash_7")
+    s.say("The release build is running in the background (bash_7).")
+    return s.write()
+
+
+def quiet_session(tmp_path: Path) -> Path:
+    """Everything answered: a search that found nothing, an edit, a test run."""
+    s = ClaudeSession(tmp_path / "quiet.jsonl")
+    s.user("Fix the rounding bug in invoice totals; order 4417730215 shows it.")
+    s.call("toolu_1", "Grep", pattern="round_half_even", path="/home/dev/shop/src")
+    s.result("toolu_1", "No matches found")
+    s.call("toolu_2", "Read", file_path="/home/dev/shop/src/billing/models/invoice.py")
+    s.result("toolu_2", "def total(lines): return round(sum(lines), 2)")
+    s.call("toolu_3", "Edit", file_path="/home/dev/shop/src/billing/models/invoice.py")
+    s.result("toolu_3", "The file was updated.")
+    s.say("Fixed the rounding in src/billing/models/invoice.py.")
+    s.user("Now re-check order 4417730215 in src/billing/models/invoice.py.")
+    return s.write()
+
+
+def test_precompact_blocks_over_a_background_task(tmp_path: Path) -> None:
+    result = run_hook(
+        "claude-code", payload(busy_session(tmp_path), "PreCompact", trigger="manual"),
+        environ(tmp_path),
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "background_task Bash (bash_7)" in result.stderr
+    assert "wait for it to finish or stop it" in result.stderr
+
+
+def test_codex_blocks_with_its_own_answer(tmp_path: Path) -> None:
+    result = run_hook(
+        "codex", payload(busy_session(tmp_path), "PreCompact", trigger="manual"), environ(tmp_path)
+    )
+    assert result.exit_code == 0
+    answer = json.loads(result.stdout)
+    assert answer["continue"] is False
+    assert "bash_7" in answer["stopReason"]
+
+
+def test_an_automatic_compaction_only_warns_by_default(tmp_path: Path) -> None:
+    result = run_hook(
+        "claude-code", payload(busy_session(tmp_path), "PreCompact", trigger="auto"),
+        environ(tmp_path),
+    )  # fmt: skip
+    assert result.exit_code == 0
+    assert "auto compaction allowed" in result.stderr
+    assert "background_task Bash (bash_7): still pending" in result.stdout
+
+
+def test_precompact_archives_and_hands_over_the_must_carry(tmp_path: Path) -> None:
+    session = quiet_session(tmp_path)
+    result = run_hook(
+        "claude-code", payload(session, "PreCompact", trigger="manual"), environ(tmp_path)
+    )
+    assert (result.exit_code, result.stderr) == (0, "")
+    text = result.stdout
+    assert "/home/dev/shop/src/billing/models/invoice.py" in text
+    assert "4417730215" in text
+    assert "Grep: No matches found" in text
+    handle = text.split("archived as ", 1)[1].split(";", 1)[0]
+    archive = Archive(tmp_path / "claude" / "otel-compaction" / "archive.sqlite3")
+    assert len(archive.recall(handle)) == 9  # the whole context, verbatim
+
+
+def test_postcompact_and_sessionstart_repair_what_the_summary_lost(tmp_path: Path) -> None:
+    session = quiet_session(tmp_path)
+    env = environ(tmp_path)
+    run_hook("claude-code", payload(session, "PreCompact", trigger="manual"), env)
+    summary = "Fixed the rounding in src/billing/models/invoice.py; the user wants a re-check."
+    post = run_hook("claude-code", payload(session, "PostCompact", compact_summary=summary), env)
+    assert (post.exit_code, post.stdout) == (0, "")
+    assert "left out 2 item(s)" in post.stderr
+    start = run_hook("claude-code", payload(session, "SessionStart", source="compact"), env)
+    assert start.exit_code == 0
+    output = json.loads(start.stdout)["hookSpecificOutput"]
+    assert output["hookEventName"] == "SessionStart"
+    context = output["additionalContext"]
+    assert "- 4417730215" in context
+    assert "- Grep: No matches found" in context
+    assert "invoice.py" not in context  # the summary carried it
+    assert "otel-compaction archive show arc_" in context
+
+
+def test_a_complete_summary_needs_no_repair(tmp_path: Path) -> None:
+    session = quiet_session(tmp_path)
+    env = environ(tmp_path)
+    run_hook("claude-code", payload(session, "PreCompact", trigger="manual"), env)
+    summary = (
+        "Order 4417730215 showed the rounding bug. Grep found no matches for round_half_even. "
+        "Fixed src/billing/models/invoice.py."
+    )
+    assert (
+        run_hook(
+            "claude-code", payload(session, "PostCompact", compact_summary=summary), env
+        ).stderr
+        == ""
+    )
+    start = run_hook("claude-code", payload(session, "SessionStart", source="compact"), env)
+    assert (start.exit_code, start.stdout) == (0, "")
+
+
+@pytest.mark.parametrize(
+    "stdin",
+    ["", "not json", "[1, 2]", json.dumps({"hook_event_name": "PreCompact"})],
+)
+def test_unusable_input_never_blocks(stdin: str, tmp_path: Path) -> None:
+    result = run_hook("claude-code", stdin, environ(tmp_path))
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("otel-compaction hook")
+
+
+def test_a_missing_transcript_never_blocks(tmp_path: Path) -> None:
+    result = run_hook(
+        "claude-code", payload(tmp_path / "gone.jsonl", "PreCompact"), environ(tmp_path)
+    )
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert result.stderr.count("\n") == 1 and "gone.jsonl" in result.stderr
+
+
+def test_a_crash_inside_never_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def explode(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("disk on fire\nsecond line")
+
+    monkeypatch.setattr(Guard, "before_compaction", explode)
+    result = run_hook(
+        "claude-code", payload(busy_session(tmp_path), "PreCompact"), environ(tmp_path)
+    )
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert (
+        result.stderr == "otel-compaction hook claude-code: skipped (RuntimeError: disk on fire)\n"
+    )
+
+
+def test_other_events_do_nothing(tmp_path: Path) -> None:
+    session = quiet_session(tmp_path)
+    for event, extra in (("SessionStart", {"source": "startup"}), ("Stop", {})):
+        result = run_hook("claude-code", payload(session, event, **extra), environ(tmp_path))
+        assert result == HookResult()
+
+
+def test_install_is_idempotent_keeps_other_hooks_and_backs_up(tmp_path: Path) -> None:
+    settings = tmp_path / "settings.json"
+    theirs = {"matcher": "Bash", "hooks": [{"type": "command", "command": "audit-bash"}]}
+    settings.write_text(json.dumps({"model": "x", "hooks": {"PreToolUse": [theirs]}}))
+    assert installer.install("claude-code", settings) == [
+        "PreCompact",
+        "PostCompact",
+        "SessionStart",
+    ]
+    assert installer.install("claude-code", settings) == []
+    data = json.loads(settings.read_text())
+    assert data["model"] == "x"
+    assert data["hooks"]["PreToolUse"] == [theirs]
+    assert [g["matcher"] for g in data["hooks"]["SessionStart"]] == ["compact"]
+    [entry] = data["hooks"]["PreCompact"][0]["hooks"]
+    assert entry["command"].endswith("-m otel_compaction hook claude-code")
+    backup = tmp_path / "settings.json.otel-compaction.bak"
+    assert "PreCompact" not in json.loads(backup.read_text())["hooks"]
+    assert installer.uninstall(settings) == ["PreCompact", "PostCompact", "SessionStart"]
+    assert json.loads(settings.read_text()) == {"model": "x", "hooks": {"PreToolUse": [theirs]}}
