@@ -151,15 +151,33 @@ def _parser() -> argparse.ArgumentParser:
         "injects what the summary lost. 'install' and 'uninstall' edit the CLI's settings.",
     )
     hooks = hook.add_subparsers(dest="action", metavar="ACTION", required=True)
-    for cli in ("claude-code", "codex"):
-        hooks.add_parser(cli, help=f"run as a {cli} hook (reads the hook's JSON on stdin)")
+    # The CLIs pass hooks only variables of their own: settings travel on the command line.
+    runs = [hooks.add_parser(cli, help=f"run as a {cli} hook (reads the hook's JSON on stdin)")
+            for cli in ("claude-code", "codex")]  # fmt: skip
     for action in ("install", "uninstall"):
         edit = hooks.add_parser(action, help=f"{action} the hooks in a CLI's settings")
         edit.add_argument("cli", choices=("claude-code", "codex"))
         scope = edit.add_mutually_exclusive_group()
-        scope.add_argument("--user", dest="scope", action="store_const", const="user")
-        scope.add_argument("--project", dest="scope", action="store_const", const="project")
+        scope.add_argument(
+            "--user", dest="scope", action="store_const", const="user",
+            help="the user's settings (the default)",
+        )  # fmt: skip
+        scope.add_argument(
+            "--project", dest="scope", action="store_const", const="project",
+            help="the project's settings in the current directory",
+        )  # fmt: skip
         edit.set_defaults(scope="user")
+        if action == "install":
+            runs.append(edit)
+    for parser_ in runs:
+        parser_.add_argument(
+            "--policy", metavar="NAME|FILE", help="the hooks' policy (default: default)"
+        )
+        parser_.add_argument(
+            "--otlp-endpoint",
+            metavar="URL",
+            help="send each hook's decision over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)",
+        )
 
     archive = commands.add_parser("archive", help="read spans archived by reversible compaction")
     stored = archive.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -253,10 +271,25 @@ def _hook(args: argparse.Namespace, out: TextIO) -> int:
     from otel_compaction.hooks.run import main as run_hook_main
 
     if args.action in ("claude-code", "codex"):
-        return run_hook_main(args.action)
+        environ = dict(os.environ)
+        if args.policy:
+            environ["OTEL_COMPACTION_POLICY"] = args.policy
+        if args.otlp_endpoint:  # the SDK reads its exporter settings from the process
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = (
+                args.otlp_endpoint
+            )
+        return run_hook_main(args.action, environ)
     path = installer.settings_path(args.cli, args.scope, os.environ, Path.cwd())
     if args.action == "install":
-        added = installer.install(args.cli, path)
+        if args.policy:
+            Policy.load(args.policy)  # a bad policy fails now, not in every hook run
+        options = installer.Options(
+            policy=str(Path(args.policy).resolve())
+            if args.policy and args.policy not in BUILTIN_POLICIES
+            else args.policy,
+            otlp_endpoint=args.otlp_endpoint,
+        )
+        added = installer.install(args.cli, path, options)
         what = ", ".join(added) if added else "nothing (already installed)"
         out.write(f"{path}: added {what}\n")
     else:

@@ -39,16 +39,19 @@ def canonical(value: str) -> str:
 
 def candidates(text: str) -> Iterator[str]:
     """Every run of `text` that could be an identifier, in canonical form, in order."""
-    for match in _RUN.finditer(text):
-        value = canonical(match.group(0))
+    for run in _RUN.findall(text):
+        # Most runs need no trimming: canonical() only for those that might (hot path).
+        trim = run[-1] in _TRAILING or run[0] in _LEADING or run[-1] == "/" or run[:2] == "./"
+        value = canonical(run) if trim else run
         if len(value) >= 3:
             yield value
 
 
 def find_identifiers(text: str, shapes: Scan) -> Iterator[str]:
     """The identifiers of `text`: candidates that one of the policy's shapes matches whole."""
+    fullmatch = shapes.pattern_for(text).fullmatch  # a run of the text reads as the text does
     for value in candidates(text):
-        if shapes.fullmatch(value) is not None:
+        if fullmatch(value) is not None:
             yield value
 
 

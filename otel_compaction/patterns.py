@@ -60,6 +60,10 @@ class Scan:
             except (re.error, ValueError):  # the pattern asks for Unicode itself: (?u)
                 self._ascii = None
 
+    def pattern_for(self, text: str) -> re.Pattern[str]:
+        """The compiled regex that reads `text` (and any part of it) as the policy's would."""
+        return self._for(text)
+
     def _for(self, text: str) -> re.Pattern[str]:
         if (
             self._ascii is not None

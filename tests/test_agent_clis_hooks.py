@@ -161,3 +161,35 @@ def test_audit_finds_the_write_reissued_after_a_real_compaction(
     assert [(r.tool, r.call_id, r.duplicate_of) for r in audited.reissued_after] == [
         ("Bash", "toolu_w2", "toolu_w1")
     ]
+
+
+def test_claude_code_auto_compaction_over_a_running_background_task(
+    fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Mid-turn, right after a background command started, the context fills: the automatic
+    compaction's PreCompact finds the task running. The default policy only warns on an
+    automatic compaction (the summarizer is told the task is still pending); a policy that
+    blocks automatic compactions blocks it, naming the task."""
+    policy = tmp_path / "block-auto.yaml"
+    policy.write_text("hooks:\n  auto: block\n", encoding="utf-8")
+    for blocking in (False, True):
+        root = tmp_path / ("block" if blocking else "warn")
+        claude = ClaudeCode(fake_llm_server, root)
+        # Claude Code passes a hook only variables of its own: the policy is on the command.
+        options = installer.Options(policy=str(policy) if blocking else None)
+        installer.install("claude-code", claude.config_dir / "settings.json", options)
+        fake_llm_server.reset()
+        start = {"command": "sleep 2", "description": "Wait", "run_in_background": True}
+        fake_llm_server.enqueue(
+            "messages", tool_calls=[ToolCall("Bash", start, id="toolu_bg")], input_tokens=990_000
+        )
+        for _ in range(4):
+            fake_llm_server.enqueue("messages", "<summary>Waiting on the task.</summary>")
+        claude.run("Wait in the background.", extra_args=SMALL, check=False)
+        compactions = [r for r in fake_llm_server.requests if claude_compaction_request(r.json)]
+        if blocking:
+            assert compactions == []
+        else:
+            [request] = compactions
+            assert "background_task Bash" in json.dumps(request.json["messages"][-1])
+            assert "still pending" in json.dumps(request.json["messages"][-1])

@@ -6,6 +6,7 @@ never blocks by accident. (The same flows through the real CLIs are in
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,46 @@ def test_install_is_idempotent_keeps_other_hooks_and_backs_up(tmp_path: Path) ->
     assert "PreCompact" not in json.loads(backup.read_text())["hooks"]
     assert installer.uninstall(settings) == ["PreCompact", "PostCompact", "SessionStart"]
     assert json.loads(settings.read_text()) == {"model": "x", "hooks": {"PreToolUse": [theirs]}}
+
+
+def test_install_carries_the_policy_and_endpoint_on_the_command_line(tmp_path: Path) -> None:
+    """The CLIs pass a hook only variables of their own, so the settings travel with it."""
+    settings = tmp_path / "hooks.json"
+    options = installer.Options(
+        policy="/etc/agent/policy.yaml", otlp_endpoint="http://127.0.0.1:4318"
+    )
+    assert installer.install("codex", settings, options) == [
+        "PreCompact",
+        "PostCompact",
+        "SessionStart",
+    ]
+    commands = {
+        entry["command"]
+        for groups in json.loads(settings.read_text())["hooks"].values()
+        for group in groups
+        for entry in group["hooks"]
+    }
+    [line] = commands
+    assert line.endswith(
+        "-m otel_compaction hook codex --policy /etc/agent/policy.yaml "
+        "--otlp-endpoint http://127.0.0.1:4318"
+    )
+    # Installing again with other options updates the entries in place, adding none.
+    assert installer.install("codex", settings) == ["PreCompact", "PostCompact", "SessionStart"]
+    data = json.loads(settings.read_text())
+    assert [len(groups) for groups in data["hooks"].values()] == [1, 1, 1]
+    assert data["hooks"]["PreCompact"][0]["hooks"][0]["command"].endswith("hook codex")
+
+
+def test_the_hook_command_line_sets_the_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from otel_compaction.cli import main
+
+    policy = tmp_path / "block-auto.yaml"
+    policy.write_text("hooks:\n  auto: block\n")
+    session = busy_session(tmp_path)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    monkeypatch.setattr("sys.stdin", io.StringIO(payload(session, "PreCompact", trigger="auto")))
+    assert main(["hook", "claude-code", "--policy", str(policy)]) == 2
+    assert "bash_7" in capsys.readouterr().err

@@ -15,13 +15,14 @@ import shlex
 import shutil
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from otel_compaction.errors import CompactionError
 from otel_compaction.hooks.run import home_of
 
-__all__ = ["EVENTS", "install", "settings_path", "uninstall"]
+__all__ = ["EVENTS", "Options", "command", "install", "settings_path", "uninstall"]
 
 EVENTS: Final = (("PreCompact", ""), ("PostCompact", ""), ("SessionStart", "compact"))
 """The events hooked, each with its matcher (SessionStart only after a compaction)."""
@@ -36,9 +37,23 @@ def settings_path(cli: str, scope: str, environ: Mapping[str, str], cwd: Path) -
     return home_of(cli, environ) / name
 
 
-def command(cli: str) -> str:
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the hooks run with. The CLIs pass a hook only variables of their own, so these
+    travel on its command line."""
+
+    policy: str | None = None
+    otlp_endpoint: str | None = None
+
+
+def command(cli: str, options: Options | None = None) -> str:
     """The command line an entry runs."""
-    return f"{shlex.quote(sys.executable)} -m {_MARK}{cli}"
+    line = f"{shlex.quote(sys.executable)} -m {_MARK}{cli}"
+    if options is not None and options.policy:
+        line += f" --policy {shlex.quote(options.policy)}"
+    if options is not None and options.otlp_endpoint:
+        line += f" --otlp-endpoint {shlex.quote(options.otlp_endpoint)}"
+    return line
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -69,8 +84,9 @@ def _ours(entry: Any) -> bool:
     return isinstance(entry, dict) and _MARK in str(entry.get("command", ""))
 
 
-def install(cli: str, path: Path) -> list[str]:
-    """Add the hooks of `cli` to the settings file at `path`; return the events added."""
+def install(cli: str, path: Path, options: Options | None = None) -> list[str]:
+    """Add the hooks of `cli` to the settings file at `path`; return the events added (an
+    entry of ours already there is updated to `options`)."""
     data = _read(path)
     hooks: dict[str, Any] = data.setdefault("hooks", {})
     added: list[str] = []
@@ -78,15 +94,21 @@ def install(cli: str, path: Path) -> list[str]:
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise CompactionError(f"{path}: hooks.{event} must be a list")
-        present = any(
-            _ours(entry)
+        wanted = command(cli, options)
+        ours = [
+            entry
             for group in groups
             if isinstance(group, dict)
             for entry in group.get("hooks", [])
-        )
-        if present:
+            if _ours(entry)
+        ]
+        if ours:
+            for entry in ours:
+                if entry.get("command") != wanted:
+                    entry["command"] = wanted
+                    added.append(event)
             continue
-        groups.append({"matcher": matcher, "hooks": [{"type": "command", "command": command(cli)}]})
+        groups.append({"matcher": matcher, "hooks": [{"type": "command", "command": wanted}]})
         added.append(event)
     if added:
         _write(path, data)

@@ -155,9 +155,9 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def main(cli: str) -> int:
+def main(cli: str, environ: Mapping[str, str] | None = None) -> int:
     """Run one hook of `cli` on this process's standard input and output."""
-    result = run_hook(cli, sys.stdin.read())
+    result = run_hook(cli, sys.stdin.read(), environ)
     if result.stdout:
         sys.stdout.write(result.stdout)
     if result.stderr:
