@@ -215,6 +215,14 @@ class Analysis:
     def _outcome(self, result: ToolResult) -> Outcome:
         policy = self.policy
         head = result.text[:RESULT_HEAD]
+        # One pass over the three shape lists first: most results match none of them.
+        negative = scanner(policy.negative_regex)
+        if negative is None or negative.search(head) is None:
+            if result.status == "error":
+                return "failure"
+            if not head.strip():
+                return "absence" if policy.patterns.null_result.empty else "silent"
+            return "success"
         rejection = scanner(policy.rejection_regex)
         if rejection is not None and rejection.search(head) is not None:
             return "rejection"

@@ -246,6 +246,17 @@ class Policy(_Model):
         return _compile(self.patterns.retry.error)
 
     @cached_property
+    def negative_regex(self) -> re.Pattern[str] | None:
+        """Rejection, negative-result and failure shapes together, as one regex."""
+        return _compile(
+            [
+                *self.patterns.rejection.patterns,
+                *self.patterns.null_result.patterns,
+                *self.patterns.retry.error,
+            ]
+        )
+
+    @cached_property
     def rejection_regex(self) -> re.Pattern[str] | None:
         """Rejection patterns as one regex."""
         return _compile(self.patterns.rejection.patterns)

@@ -119,3 +119,23 @@ def test_audit_of_unusable_input_exits_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad.jsonl" in err and "line 1" in err
     assert main(["audit", str(tmp_path / "nowhere")]) == 2
+
+
+REAL_SESSIONS = sorted(
+    (Path(__file__).parent / "data" / "sessions").glob("*.jsonl"), key=lambda p: p.name
+)
+
+
+@pytest.mark.parametrize("path", REAL_SESSIONS, ids=[p.name for p in REAL_SESSIONS])
+def test_audit_finds_every_compaction_of_a_real_cli_session(path: Path) -> None:
+    """On session logs the real Claude Code and Codex wrote: one audited compaction per
+    boundary record in the file."""
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    boundaries = [
+        number
+        for number, record in enumerate(records, start=1)
+        if record.get("subtype") == "compact_boundary" or record.get("type") == "compacted"
+    ]
+    audited = audit_session(read_session(path))
+    assert boundaries and [c.compaction.line for c in audited.compactions] == boundaries
+    assert all(isinstance(c.closed, bool) for c in audited.compactions)
