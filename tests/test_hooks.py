@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from otlp_receiver import (
+    OtlpReceiver,
+    otlp_http_receiver_fixture,  # noqa: F401 - pytest fixture
+)
 from session_builders import ClaudeSession
 
 from otel_compaction import Archive
@@ -245,4 +249,31 @@ def test_the_hook_command_line_sets_the_policy(
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
     monkeypatch.setattr("sys.stdin", io.StringIO(payload(session, "PreCompact", trigger="auto")))
     assert main(["hook", "claude-code", "--policy", str(policy)]) == 2
+    assert "bash_7" in capsys.readouterr().err
+
+
+def test_a_hook_run_exports_its_decision_over_otlp(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    otlp_http_receiver: OtlpReceiver,
+) -> None:
+    """Installed with ``--otlp-endpoint``, a hook run sends its decision as the gate does: a
+    ``compaction.evaluate`` span with the refusal event naming the running task."""
+    from otel_compaction.cli import main
+
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    session = busy_session(tmp_path)
+    monkeypatch.setattr("sys.stdin", io.StringIO(payload(session, "PreCompact", trigger="manual")))
+    # The endpoint is set for the hook process itself (as the SDK reads it from there).
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    code = main(["hook", "claude-code", "--otlp-endpoint", otlp_http_receiver.endpoint_http])
+    assert code == 2
+    [span] = otlp_http_receiver.wait_for_spans("compaction.evaluate")
+    assert span.attributes["compaction.action"] == "refuse"
+    [refused] = [e for e in span.events if e.name == "compaction.refused"]
+    assert refused.attributes["compaction.obligation.ids"] == ["bash_7"]
     assert "bash_7" in capsys.readouterr().err
