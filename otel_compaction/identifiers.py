@@ -47,11 +47,21 @@ def candidates(text: str) -> Iterator[str]:
             yield value
 
 
-def find_identifiers(text: str, shapes: Scan) -> Iterator[str]:
-    """The identifiers of `text`: candidates that one of the policy's shapes matches whole."""
+def find_identifiers(
+    text: str, shapes: Scan, known: dict[str, bool] | None = None
+) -> Iterator[str]:
+    """The identifiers of `text`: candidates that one of the policy's shapes matches whole.
+
+    `known` remembers each candidate's verdict across calls (one transcript repeats the same
+    dates, codes and ids many times over)."""
     fullmatch = shapes.pattern_for(text).fullmatch  # a run of the text reads as the text does
     for value in candidates(text):
-        if fullmatch(value) is not None:
+        verdict = known.get(value) if known is not None else None
+        if verdict is None:
+            verdict = fullmatch(value) is not None
+            if known is not None:
+                known[value] = verdict
+        if verdict:
             yield value
 
 

@@ -44,6 +44,7 @@ def scan(analysis: Analysis) -> Bindings:
     transcript = analysis.transcript
     calls, results = transcript.calls, transcript.results
     table: dict[str, tuple[list[int], list[bool]]] = {}
+    known: dict[str, bool] = {}
     for entry in transcript.entries:
         referring = [entry.text] if entry.role not in ("system", "developer") else []
         introducing = [entry.text] if not referring else []
@@ -54,7 +55,7 @@ def scan(analysis: Analysis) -> Bindings:
             for text in texts:
                 if not text:
                     continue
-                for value in find_identifiers(text, shapes):
+                for value in find_identifiers(text, shapes, known):
                     if value not in stop and value not in found:
                         found[value] = refers
         for value, refers in found.items():
