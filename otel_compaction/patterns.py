@@ -28,7 +28,11 @@ def _scoped(pattern: str) -> str:
     match = _GLOBAL_FLAGS.match(pattern)
     if match is None:
         return f"(?:{pattern})"
-    return f"(?{match.group(1)}:{pattern[match.end() :]})"
+    flags = match.group(1)
+    # In verbose mode a '#' comment runs to the end of the line: end the line before the
+    # group closes, or the comment would swallow the rest of the alternation.
+    end = "\n)" if "x" in flags else ")"
+    return f"(?{flags}:{pattern[match.end() :]}{end}"
 
 
 def compile_patterns(patterns: list[str]) -> re.Pattern[str] | None:

@@ -36,15 +36,16 @@ class _Patterns(_Model):
     @field_validator("*", mode="after")
     @classmethod
     def _valid_regexes(cls, value: Any) -> Any:
-        if isinstance(value, list):
+        if isinstance(value, list) and all(isinstance(p, str) for p in value):
             for position, pattern in enumerate(value):
-                if isinstance(pattern, str):
-                    try:
-                        re.compile(pattern)
-                    except re.error as exc:
-                        raise ValueError(
-                            f"item {position}: invalid regular expression {pattern!r}: {exc}"
-                        ) from None
+                try:
+                    re.compile(pattern)
+                    # Each list is scanned as one alternation: it must compile joined too.
+                    compile_patterns([pattern, "x"])
+                except re.error as exc:
+                    raise ValueError(
+                        f"item {position}: invalid regular expression {pattern!r}: {exc}"
+                    ) from None
         return value
 
 

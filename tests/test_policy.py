@@ -340,3 +340,25 @@ def test_check_with_a_broken_policy_file_exits_2(
         f"otel-compaction: error: {bad}: protected_head.messages: "
         "Input should be greater than or equal to 0"
     ]
+
+
+def test_verbose_patterns_with_comments_and_capture_groups_work(tmp_path: Path) -> None:
+    """A ``(?x)`` pattern with a trailing comment, and patterns with capture groups, load and
+    find what they say (each list is scanned as one alternation)."""
+    path = write(
+        tmp_path,
+        "patterns:\n"
+        "  commitment:\n"
+        "    patterns: ['(?x) \\bI \\s will \\s (check|verify)  # a promise', '(?i)let me look']\n"
+        "  identifiers:\n"
+        "    patterns: ['(ord)_(\\d+)']\n",
+    )
+    gate = CompactionGate(Policy.load(path))
+    messages = [
+        {"role": "user", "content": "order ord_12345"},
+        {"role": "assistant", "content": "I will check it."},
+        {"role": "user", "content": "and ord_12345?"},
+    ]
+    held = gate.evaluate(messages, 0, 2, raise_on_refuse=False)
+    assert [(o.kind, o.name) for o in held.obligations] == [("commitment", "I will check")]
+    assert gate.evaluate(messages, 0, 1).must_carry.identifiers == ("ord_12345",)
