@@ -3,7 +3,8 @@
 The ledger is the source of truth the transcript is checked against. It is thread-safe (one
 lock, held only for dictionary work), bounded (conversations and records per conversation
 are capped; overflow drops resolved history first and is counted), and pairs a resolution with
-the earliest open obligation of the same id, as the transcript parser does.
+the earliest open obligation of the same id. (The transcript pairs a result with the call it
+follows; the two differ only for an id reused while its first call is still open.)
 """
 
 from __future__ import annotations
