@@ -26,7 +26,7 @@ from otel_compaction.rules.base import Tracked
 from otel_compaction.rules.registry import RULES
 from otel_compaction.transcript import ToolCall, ToolResult, Transcript, closed_cuts_of
 
-__all__ = ["Analysis", "Identifier", "LedgerConflict", "Negative", "Outcome", "Tracked"]
+__all__ = ["Analysis", "LedgerConflict", "Negative", "Outcome", "Tracked"]
 
 # Outcomes are judged on the head of a result: an absence or a failure is stated up front,
 # and scanning megabytes of payload for "not found" only finds noise.
@@ -57,17 +57,6 @@ class Negative:
     text: str
     subjects: tuple[str, ...] = ()
     outcome: str = "absence"
-
-
-@dataclass(frozen=True, slots=True)
-class Identifier:
-    """An identifier with the first and last message it appears in."""
-
-    value: str
-    first: int
-    last: int
-    uses: int = 0
-    """How many later messages refer to it (assistant text, call arguments, user text)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,9 +29,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_compile = compile_patterns
-
-
 class _Patterns(_Model):
     @field_validator("*", mode="after")
     @classmethod
@@ -239,17 +236,17 @@ class Policy(_Model):
     @cached_property
     def null_regex(self) -> re.Pattern[str] | None:
         """Negative-result patterns as one regex."""
-        return _compile(self.patterns.null_result.patterns)
+        return compile_patterns(self.patterns.null_result.patterns)
 
     @cached_property
     def error_regex(self) -> re.Pattern[str] | None:
         """Failed-result patterns as one regex."""
-        return _compile(self.patterns.retry.error)
+        return compile_patterns(self.patterns.retry.error)
 
     @cached_property
     def negative_regex(self) -> re.Pattern[str] | None:
         """Rejection, negative-result and failure shapes together, as one regex."""
-        return _compile(
+        return compile_patterns(
             [
                 *self.patterns.rejection.patterns,
                 *self.patterns.null_result.patterns,
@@ -260,42 +257,42 @@ class Policy(_Model):
     @cached_property
     def rejection_regex(self) -> re.Pattern[str] | None:
         """Rejection patterns as one regex."""
-        return _compile(self.patterns.rejection.patterns)
+        return compile_patterns(self.patterns.rejection.patterns)
 
     @cached_property
     def commitment_regex(self) -> re.Pattern[str] | None:
         """Commitment phrases as one regex."""
-        return _compile(self.patterns.commitment.patterns)
+        return compile_patterns(self.patterns.commitment.patterns)
 
     @cached_property
     def commitment_conditional_regex(self) -> re.Pattern[str] | None:
         """Sentences that wait on the user, as one regex."""
-        return _compile(self.patterns.commitment.conditional)
+        return compile_patterns(self.patterns.commitment.conditional)
 
     @cached_property
     def background_id_regex(self) -> re.Pattern[str] | None:
         """Background task id shapes as one regex."""
-        return _compile(self.patterns.background.ids)
+        return compile_patterns(self.patterns.background.ids)
 
     @cached_property
     def background_done_regex(self) -> re.Pattern[str] | None:
         """Background task terminal statuses as one regex."""
-        return _compile(self.patterns.background.done)
+        return compile_patterns(self.patterns.background.done)
 
     @cached_property
     def transaction_begin_regex(self) -> re.Pattern[str] | None:
         """Tool names opening a transaction."""
-        return _compile(self.patterns.transaction.begin)
+        return compile_patterns(self.patterns.transaction.begin)
 
     @cached_property
     def transaction_end_regex(self) -> re.Pattern[str] | None:
         """Tool names closing a transaction."""
-        return _compile(self.patterns.transaction.end)
+        return compile_patterns(self.patterns.transaction.end)
 
     @cached_property
     def identifier_regex(self) -> re.Pattern[str] | None:
         """Identifier shapes as one regex."""
-        return _compile(self.patterns.identifiers.patterns)
+        return compile_patterns(self.patterns.identifiers.patterns)
 
     def severity(self, rule: str, *, addressable: bool = False) -> Severity:
         """The severity of `rule`, relaxed from block to carry when the span is archived."""
