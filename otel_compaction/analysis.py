@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 from otel_compaction.identifiers import candidates, is_path
 from otel_compaction.ledger import LedgerSnapshot, Obligation
-from otel_compaction.patterns import scanner
 from otel_compaction.policy import Policy
 from otel_compaction.rules.base import Tracked
 from otel_compaction.rules.registry import RULES
@@ -205,22 +204,22 @@ class Analysis:
         policy = self.policy
         head = result.text[:RESULT_HEAD]
         # One pass over the three shape lists first: most results match none of them.
-        negative = scanner(policy.negative_regex)
+        negative = policy.negative_regex
         if negative is None or negative.search(head) is None:
             if result.status == "error":
                 return "failure"
             if not head.strip():
                 return "absence" if policy.patterns.null_result.empty else "silent"
             return "success"
-        rejection = scanner(policy.rejection_regex)
+        rejection = policy.rejection_regex
         if rejection is not None and rejection.search(head) is not None:
             return "rejection"
-        absence = scanner(policy.null_regex)
+        absence = policy.null_regex
         if absence is not None and absence.search(head) is not None:
             return "absence"
         if result.status == "error":
             return "failure"
-        failure = scanner(policy.error_regex)
+        failure = policy.error_regex
         if failure is not None and failure.search(head) is not None:
             return "failure"
         if not head.strip():

@@ -54,7 +54,7 @@ def find_identifiers(
 
     `known` remembers each candidate's verdict across calls (one transcript repeats the same
     dates, codes and ids many times over)."""
-    fullmatch = shapes.pattern_for(text).fullmatch  # a run of the text reads as the text does
+    fullmatch = shapes.fullmatch
     for value in candidates(text):
         verdict = known.get(value) if known is not None else None
         if verdict is None:

@@ -1,114 +1,285 @@
-"""Policy patterns: compiled once, scanned fast, and matched as whole words where it matters.
+"""Policy patterns: compiled once, scanned in linear time, one pass per text and list.
 
 A policy lists its detection patterns (negative results, failures, rejections, commitments,
-identifier shapes) as lists of regular expressions. `compile_patterns` joins a list into one
-alternation so that each text is scanned once per list; `scanner` wraps the result in a `Scan`
-that runs the same expression in ASCII mode whenever that finds exactly the same matches (about
-twice as fast). `sentences` splits prose the way the commitment and verification checks read it.
+identifier shapes) as lists of regular expressions; `compile_patterns` joins a list into one
+alternation, a `Scan`, so that each text is read once per list.
+
+No pattern can hang the gate, whoever wrote it. A `Scan` runs on one of two engines:
+
+- **RE2** (``google-re2``), a linear-time automaton: a 400 KB blob or a pattern such as
+  ``(a+)+$`` costs time in proportion to the text, never more. It runs every pattern it can
+  express, on every text whose meaning it reads as Python's `re` does: ASCII text (without
+  ``\\v`` and U+001C..U+001F, the only ASCII characters Python's ``\\s`` adds to RE2's).
+- **A bounded backtracking scan** (the ``regex`` module, compatible with `re`) for what RE2
+  cannot express (lookaround, backreferences) and for non-ASCII text, where ``\\w``, ``\\d``,
+  ``\\s`` and ``\\b`` are Unicode classes. Each call is stopped after `MATCH_TIMEOUT` seconds and
+  counts as no match; a pattern list that times out `MAX_TIMEOUTS` times is switched off for
+  the rest of the process, logged as an error naming it. The worst case of one list is
+  therefore about ``MAX_TIMEOUTS * MATCH_TIMEOUT`` per process, whatever its input.
+
+Why not one engine: RE2 alone would reject the lookaheads that identifier shapes need to say
+"letters and digits mixed", and would read ``\\w`` in non-ASCII text differently from the
+policy author's Python; `re` alone can run for minutes on a 40-character text.
+
+Verbose patterns (``(?x)`` with comments) and capture groups work in both. `sentences` splits
+prose the way the commitment and verification checks read it.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Any, Final
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, Literal, Protocol
 
-__all__ = ["Scan", "compile_patterns", "scanner", "sentences"]
+import re2
+import regex
+
+__all__ = ["MATCH_TIMEOUT", "MAX_TIMEOUTS", "Match", "Scan", "compile_patterns", "sentences"]
+
+_log = logging.getLogger(__name__)
+
+MATCH_TIMEOUT: Final = 0.02
+"""Seconds one backtracking match may run before it is stopped and counts as no match."""
+MAX_TIMEOUTS: Final = 3
+"""Timeouts after which a backtracking pattern list is switched off for the process."""
+
+Engine = Literal["re2", "bounded"]
 
 _GLOBAL_FLAGS: Final = re.compile(r"^\(\?([aiLmsux]+)\)")
-# A non-ASCII character written as an escape: it may fold case onto an ASCII letter.
-_WIDE_ESCAPE: Final = re.compile(r"\\[uUN]")
 # Sentence ends: ., ! or ? followed by white space, or a line break. A dot inside a path or a
 # version number is followed by no space, so it does not end a sentence.
 _SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|\n+")
+# ASCII characters that Python's \s matches and RE2's does not.
+_RE2_BLIND: Final = frozenset("\x0b\x1c\x1d\x1e\x1f")
 
 
-def _scoped(pattern: str) -> str:
+class Match(Protocol):
+    """What the rules read of a match, on either engine."""
+
+    def group(self, index: int = 0, /) -> Any:
+        """The text of group `index` (0: the whole match)."""
+
+    def groups(self) -> tuple[Any, ...]:
+        """Every capture group's text, None for those that did not take part."""
+
+    def start(self, index: int = 0, /) -> int:
+        """Where the match (or group `index`) starts."""
+
+    def span(self, index: int = 0, /) -> tuple[int, int]:
+        """Where the match (or group `index`) starts and ends."""
+
+
+def _tokens(source: str) -> Iterator[tuple[str, bool]]:
+    """`source` as (token, inside a character class) pairs: an escape is one token, and the
+    ``^`` and ``]`` that may open a class are its literals."""
+    i, n = 0, len(source)
+    in_class = False
+    while i < n:
+        char = source[i]
+        if char == "\\" and i + 1 < n:
+            yield source[i : i + 2], in_class
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+            yield char, True
+        elif char == "[":
+            in_class = True
+            opened = 1
+            for literal in ("^", "]"):  # a leading ^ negates, a leading ] is a literal
+                if source[i + opened : i + opened + 1] == literal:
+                    opened += 1
+            yield source[i : i + opened], True
+            i += opened
+            continue
+        else:
+            yield char, False
+        i += 1
+
+
+def _unverbose(pattern: str) -> str:
+    """A ``(?x)`` body without its layout: unescaped white space and ``#`` comments outside
+    character classes removed, as Python's verbose mode reads them."""
+    out: list[str] = []
+    comment = False
+    for token, in_class in _tokens(pattern):
+        if comment:
+            comment = token != "\n"
+        elif in_class or not (token == "#" or token.isspace()):
+            out.append(token)
+        else:
+            comment = token == "#"
+    return "".join(out)
+
+
+def _python_spaces(source: str) -> str:
+    """`source` with ``\\s`` and ``\\S`` read as Python's `re` reads them: Unicode white space
+    and the separators U+001C..U+001F (which the ``regex`` module leaves out of ``\\s``)."""
+    spaces = {
+        ("\\s", False): "[\\s\\x1c-\\x1f]",
+        ("\\s", True): "\\s\\x1c-\\x1f",
+        ("\\S", False): "[^\\s\\x1c-\\x1f]",
+    }
+    return "".join(spaces.get(t, t[0]) for t in _tokens(source))
+
+
+def _re2_ends(source: str) -> tuple[str, bool]:
+    """`source` with Python's end anchors in RE2's spelling: ``\\Z`` is ``\\z``, and so is a
+    ``$`` outside multi-line mode (true whenever the text does not end in a newline, before
+    which Python's ``$`` also matches); and whether it has such a ``$``."""
+    out: list[str] = []
+    dollar = False
+    for token, in_class in _tokens(source):
+        end = token == "$" and not in_class
+        dollar = dollar or end
+        out.append("\\z" if end or token == "\\Z" else token)
+    return "".join(out), dollar
+
+
+def _scoped(pattern: str, *, strip_verbose: bool) -> str:
     """``(?i)word`` -> ``(?i:word)``: a leading flag group may only stand at the very start of
-    a whole expression, so each alternative keeps its flags to itself."""
+    a whole expression, so each alternative keeps its flags to itself. For RE2, which has no
+    verbose mode, a verbose pattern's layout is removed instead."""
     match = _GLOBAL_FLAGS.match(pattern)
     if match is None:
         return f"(?:{pattern})"
-    flags = match.group(1)
-    # In verbose mode a '#' comment runs to the end of the line: end the line before the
-    # group closes, or the comment would swallow the rest of the alternation.
-    end = "\n)" if "x" in flags else ")"
-    return f"(?{flags}:{pattern[match.end() :]}{end}"
+    flags, body = match.group(1), pattern[match.end() :]
+    if "x" in flags:
+        if strip_verbose:
+            body, flags = _unverbose(body), flags.replace("x", "")
+        else:
+            # A '#' comment runs to the end of the line: end the line before the group
+            # closes, or the comment would swallow the rest of the alternation.
+            body += "\n"
+    return f"(?{flags}:{body})" if flags else f"(?:{body})"
 
 
-def compile_patterns(patterns: list[str]) -> re.Pattern[str] | None:
-    """One alternation for a list, so a rule scans each text once; None for an empty list."""
-    if not patterns:
-        return None
-    return re.compile("|".join(_scoped(p) for p in patterns))
+def _re2_source(patterns: Sequence[str]) -> tuple[str, bool] | None:
+    """The alternation as RE2 reads it with Python's meaning, and whether it holds a ``$``
+    that reads differently before a final newline; None when RE2 cannot say it (the ``a``,
+    ``L`` and ``u`` flags, and any multi-line pattern, have no RE2 form here)."""
+    parts: list[str] = []
+    dollar = False
+    for pattern in patterns:
+        match = _GLOBAL_FLAGS.match(pattern)
+        flags = match.group(1) if match else ""
+        if set(flags) - set("isx") or "(?m" in pattern:
+            return None
+        scoped, ends = _re2_ends(_scoped(pattern, strip_verbose=True))
+        dollar = dollar or ends
+        parts.append(scoped)
+    return "|".join(parts), dollar
+
+
+def _re2_options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # a pattern RE2 cannot express goes to the bounded scan
+    return options
 
 
 class Scan:
-    """A policy regex that runs in ASCII mode on the text where that finds the same matches.
+    """One policy pattern list as a single alternation, run in linear or bounded time.
 
-    Python's `re` matches str patterns with Unicode semantics; ASCII semantics run about twice
-    as fast and find exactly the same matches when the text is ASCII without the separators
-    U+001C..U+001F (the only ASCII characters Unicode ``\\s`` adds) and the pattern names no
-    non-ASCII character (one could fold case onto an ASCII letter, as the Kelvin sign does
-    onto ``k``). Everywhere else the policy's own regex runs.
+    Example:
+        >>> scan = compile_patterns([r"(?i)\\bnot found\\b", r"^\\s*\\[\\s*\\]\\s*$"])
+        >>> bool(scan.search("Error: file Not Found")), scan.search("found it") is None
+        (True, True)
     """
 
-    __slots__ = ("_ascii", "_unicode")
+    __slots__ = (
+        "_bounded",
+        "_dollar",
+        "_lock",
+        "_re2",
+        "_timeouts",
+        "disabled",
+        "engine",
+        "source",
+    )
 
-    def __init__(self, regex: re.Pattern[str]) -> None:
-        self._unicode = regex
-        self._ascii: re.Pattern[str] | None = None
-        source = regex.pattern
-        if source.isascii() and _WIDE_ESCAPE.search(source) is None:
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.source = "|".join(_scoped(p, strip_verbose=False) for p in patterns)
+        self._bounded = regex.compile(_python_spaces(self.source), regex.VERSION0)
+        self._re2: Any = None
+        self._dollar = False
+        candidate = _re2_source(patterns)
+        if candidate is not None:
             try:
-                self._ascii = re.compile(source, (regex.flags & ~re.UNICODE) | re.ASCII)
-            except (re.error, ValueError):  # the pattern asks for Unicode itself: (?u)
-                self._ascii = None
+                self._re2 = re2.compile(candidate[0], _re2_options())
+                self._dollar = candidate[1]
+            except re2.error:
+                self._re2 = None
+        self.engine: Engine = "re2" if self._re2 is not None else "bounded"
+        """``re2`` when RE2 reads the list (ASCII text); ``bounded`` when it never can."""
+        self.disabled = False
+        """True once the bounded scan has timed out `MAX_TIMEOUTS` times."""
+        self._timeouts = 0
+        self._lock = threading.Lock()
 
-    def pattern_for(self, text: str) -> re.Pattern[str]:
-        """The compiled regex that reads `text` (and any part of it) as the policy's would."""
-        return self._for(text)
-
-    def _for(self, text: str) -> re.Pattern[str]:
-        if (
-            self._ascii is not None
+    def _linear(self, text: str) -> bool:
+        return (
+            self._re2 is not None
             and text.isascii()
-            and "\x1c" not in text
-            and "\x1d" not in text
-            and "\x1e" not in text
-            and "\x1f" not in text
-        ):
-            return self._ascii
-        return self._unicode
+            and _RE2_BLIND.isdisjoint(text)
+            and not (self._dollar and text.endswith("\n"))
+        )
 
-    def search(self, text: str) -> re.Match[str] | None:
-        """`re.Pattern.search` of the policy's regex."""
-        return self._for(text).search(text)
+    def search(self, text: str) -> Match | None:
+        """The first match anywhere in `text`, or None."""
+        if self._linear(text):
+            found: Match | None = self._re2.search(text)
+            return found
+        return self._bounded_call("search", text)
 
-    def fullmatch(self, text: str) -> re.Match[str] | None:
-        """`re.Pattern.fullmatch` of the policy's regex."""
-        return self._for(text).fullmatch(text)
+    def fullmatch(self, text: str) -> Match | None:
+        """A match of all of `text`, or None."""
+        if self._linear(text):
+            found: Match | None = self._re2.fullmatch(text)
+            return found
+        return self._bounded_call("fullmatch", text)
 
-    def findall(self, text: str) -> list[Any]:
-        """`re.Pattern.findall` of the policy's regex."""
-        return self._for(text).findall(text)
+    def _bounded_call(self, method: str, text: str) -> Match | None:
+        if self.disabled:
+            return None
+        try:
+            found: Match | None = getattr(self._bounded, method)(text, timeout=MATCH_TIMEOUT)
+            return found
+        except TimeoutError:
+            with self._lock:
+                self._timeouts += 1
+                if self._timeouts >= MAX_TIMEOUTS and not self.disabled:
+                    self.disabled = True
+                    _log.error(
+                        "otel-compaction: policy pattern %r timed out %d times "
+                        "(%.0f ms each); it is switched off for this process",
+                        self.source, self._timeouts, MATCH_TIMEOUT * 1000,
+                    )  # fmt: skip
+                else:
+                    _log.warning(
+                        "otel-compaction: policy pattern %r took over %.0f ms on a "
+                        "%d-character text; counted as no match",
+                        self.source, MATCH_TIMEOUT * 1000, len(text),
+                    )  # fmt: skip
+            return None
 
 
-# Keyed by id(); each value holds its regex, so an id cannot be reused while it is cached.
-_SCANS: dict[int, tuple[re.Pattern[str], Scan]] = {}
+def check_pattern(pattern: str) -> None:
+    """Raise `ValueError` naming what is wrong when `pattern` cannot be a policy pattern: it
+    must compile alone and inside the joined alternation each list is scanned as."""
+    try:
+        re.compile(pattern)
+        Scan([pattern, "x"])
+    except (re.error, regex.error) as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
 
 
-def scanner(regex: re.Pattern[str] | None) -> Scan | None:
-    """The `Scan` of a policy regex (None for none), built once per regex."""
-    if regex is None:
+def compile_patterns(patterns: Sequence[str]) -> Scan | None:
+    """One `Scan` for a list, so a rule reads each text once; None for an empty list."""
+    if not patterns:
         return None
-    cached = _SCANS.get(id(regex))
-    if cached is not None and cached[0] is regex:
-        return cached[1]
-    if len(_SCANS) >= 256:
-        _SCANS.clear()
-    scan = Scan(regex)
-    _SCANS[id(regex)] = (regex, scan)
-    return scan
+    return Scan(patterns)
 
 
 def sentences(text: str) -> list[str]:

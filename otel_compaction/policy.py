@@ -8,7 +8,6 @@ Regular expressions are compiled once, when the policy is loaded.
 
 from __future__ import annotations
 
-import re
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -18,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from otel_compaction.errors import PolicyError
-from otel_compaction.patterns import compile_patterns
+from otel_compaction.patterns import Scan, check_pattern, compile_patterns
 from otel_compaction.rules.base import Severity
 from otel_compaction.rules.registry import BUILTIN_POLICIES, RULE_NAMES, RULES, severities_of
 
@@ -36,13 +35,9 @@ class _Patterns(_Model):
         if isinstance(value, list) and all(isinstance(p, str) for p in value):
             for position, pattern in enumerate(value):
                 try:
-                    re.compile(pattern)
-                    # Each list is scanned as one alternation: it must compile joined too.
-                    compile_patterns([pattern, "x"])
-                except re.error as exc:
-                    raise ValueError(
-                        f"item {position}: invalid regular expression {pattern!r}: {exc}"
-                    ) from None
+                    check_pattern(pattern)
+                except ValueError as exc:
+                    raise ValueError(f"item {position}: {exc}") from None
         return value
 
 
@@ -234,17 +229,17 @@ class Policy(_Model):
     # -- compiled patterns (the model is frozen, so caching is safe) ---------------------------
 
     @cached_property
-    def null_regex(self) -> re.Pattern[str] | None:
+    def null_regex(self) -> Scan | None:
         """Negative-result patterns as one regex."""
         return compile_patterns(self.patterns.null_result.patterns)
 
     @cached_property
-    def error_regex(self) -> re.Pattern[str] | None:
+    def error_regex(self) -> Scan | None:
         """Failed-result patterns as one regex."""
         return compile_patterns(self.patterns.retry.error)
 
     @cached_property
-    def negative_regex(self) -> re.Pattern[str] | None:
+    def negative_regex(self) -> Scan | None:
         """Rejection, negative-result and failure shapes together, as one regex."""
         return compile_patterns(
             [
@@ -255,42 +250,42 @@ class Policy(_Model):
         )
 
     @cached_property
-    def rejection_regex(self) -> re.Pattern[str] | None:
+    def rejection_regex(self) -> Scan | None:
         """Rejection patterns as one regex."""
         return compile_patterns(self.patterns.rejection.patterns)
 
     @cached_property
-    def commitment_regex(self) -> re.Pattern[str] | None:
+    def commitment_regex(self) -> Scan | None:
         """Commitment phrases as one regex."""
         return compile_patterns(self.patterns.commitment.patterns)
 
     @cached_property
-    def commitment_conditional_regex(self) -> re.Pattern[str] | None:
+    def commitment_conditional_regex(self) -> Scan | None:
         """Sentences that wait on the user, as one regex."""
         return compile_patterns(self.patterns.commitment.conditional)
 
     @cached_property
-    def background_id_regex(self) -> re.Pattern[str] | None:
+    def background_id_regex(self) -> Scan | None:
         """Background task id shapes as one regex."""
         return compile_patterns(self.patterns.background.ids)
 
     @cached_property
-    def background_done_regex(self) -> re.Pattern[str] | None:
+    def background_done_regex(self) -> Scan | None:
         """Background task terminal statuses as one regex."""
         return compile_patterns(self.patterns.background.done)
 
     @cached_property
-    def transaction_begin_regex(self) -> re.Pattern[str] | None:
+    def transaction_begin_regex(self) -> Scan | None:
         """Tool names opening a transaction."""
         return compile_patterns(self.patterns.transaction.begin)
 
     @cached_property
-    def transaction_end_regex(self) -> re.Pattern[str] | None:
+    def transaction_end_regex(self) -> Scan | None:
         """Tool names closing a transaction."""
         return compile_patterns(self.patterns.transaction.end)
 
     @cached_property
-    def identifier_regex(self) -> re.Pattern[str] | None:
+    def identifier_regex(self) -> Scan | None:
         """Identifier shapes as one regex."""
         return compile_patterns(self.patterns.identifiers.patterns)
 

@@ -17,6 +17,7 @@ from otel_compaction import (
     Policy,
     PolicyError,
 )
+from otel_compaction.identifiers import find_identifiers
 from otel_compaction.policy import BUILTIN_POLICIES, RULE_NAMES, builtin_policy_dir
 
 OBLIGATION_RULES = (
@@ -120,7 +121,7 @@ def test_detection_patterns_live_in_the_policy_files() -> None:
         assert policy.error_regex is not None
         assert policy.error_regex.search("Error: timed out")
         assert policy.identifier_regex is not None
-        assert policy.identifier_regex.findall("code ZFA04Y for mia_li_3668") == [
+        assert list(find_identifiers("code ZFA04Y for mia_li_3668", policy.identifier_regex)) == [
             "ZFA04Y",
             "mia_li_3668",
         ]

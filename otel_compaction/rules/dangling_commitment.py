@@ -14,7 +14,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Final
 
-from otel_compaction.patterns import scanner, sentences
+from otel_compaction.patterns import sentences
 from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
 
 if TYPE_CHECKING:
@@ -67,10 +67,10 @@ _FILLER: Final = frozenset(
 
 def promises(policy: Policy, text: str) -> list[tuple[str, str]]:
     """The (phrase, sentence) pairs of `text` that promise an action of the assistant's own."""
-    regex = scanner(policy.commitment_regex)
+    regex = policy.commitment_regex
     if regex is None or not text or regex.search(text) is None:
         return []
-    conditional = scanner(policy.commitment_conditional_regex)
+    conditional = policy.commitment_conditional_regex
     out: list[tuple[str, str]] = []
     for sentence in sentences(text):
         match = regex.search(sentence)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otel_compaction.patterns import scanner
 from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ def _excerpt(analysis: Analysis, head: str) -> str:
     flat = " ".join(head.split())
     policy = analysis.policy
     for regex in (policy.rejection_regex, policy.null_regex, policy.error_regex):
-        found = scanner(regex)
+        found = regex
         match = found.search(flat) if found is not None else None
         if match is not None:
             start = max(0, match.start() - 60)

@@ -16,7 +16,6 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from otel_compaction.patterns import scanner
 from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
 
 if TYPE_CHECKING:
@@ -34,8 +33,8 @@ def _launched(arguments: str, flags: list[str]) -> bool:
 def scan(analysis: Analysis) -> list[Tracked]:
     """Every background task with where it is seen finished (None while it runs)."""
     settings = analysis.policy.patterns.background
-    ids = scanner(analysis.policy.background_id_regex)
-    done = scanner(analysis.policy.background_done_regex)
+    ids = analysis.policy.background_id_regex
+    done = analysis.policy.background_done_regex
     if not settings.launch_arguments or ids is None:
         return []
     transcript = analysis.transcript

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from otel_compaction.identifiers import find_identifiers, is_path
-from otel_compaction.patterns import scanner
 from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ class Bindings:
 
 def scan(analysis: Analysis) -> Bindings:
     """Every identifier's appearances, sorted by first appearance."""
-    shapes = scanner(analysis.policy.identifier_regex)
+    shapes = analysis.policy.identifier_regex
     bindings = Bindings()
     if shapes is None:
         return bindings
