@@ -16,27 +16,26 @@ from __future__ import annotations
 import bisect
 import json
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
-from otel_compaction.identifiers import candidates, is_path
 from otel_compaction.ledger import LedgerSnapshot, Obligation
 from otel_compaction.policy import Policy
 from otel_compaction.rules.base import Tracked
 from otel_compaction.rules.registry import RULES
-from otel_compaction.transcript import ToolCall, ToolResult, Transcript, closed_cuts_of
+from otel_compaction.scans import RESULT_HEAD, MessageScans, Outcome
+from otel_compaction.transcript import ToolCall, Transcript, closed_cuts_of
 
-__all__ = ["Analysis", "LedgerConflict", "Negative", "Outcome", "Tracked"]
-
-# Outcomes are judged on the head of a result: an absence or a failure is stated up front,
-# and scanning megabytes of payload for "not found" only finds noise.
-RESULT_HEAD = 2_000
-
-Outcome = Literal["success", "silent", "failure", "absence", "rejection"]
-"""What a result says: it worked (with output, or silently), it failed (and may be retried),
-something was not the case, or the call was refused before it ran."""
+__all__ = [
+    "RESULT_HEAD",
+    "Analysis",
+    "LedgerConflict",
+    "Negative",
+    "Outcome",
+    "Tracked",
+    "call_target",
+]
 
 NEGATIVE_OUTCOMES = frozenset({"failure", "absence", "rejection"})
-_COMMAND_KEYS = frozenset({"command", "cmd", "script"})
 # Kinds whose discharge the ledger records for transcript obligations (tool calls have their
 # own, richer comparison).
 _LEDGER_DISCHARGED = ("transaction", "retry", "commitment", "tool_result", "background_task")
@@ -70,39 +69,6 @@ class LedgerConflict:
     detail: str
 
 
-def call_subjects(call: ToolCall | None) -> tuple[str, ...]:
-    """The argument values a call is about (what a summary names it by), longest first."""
-    if call is None or not call.arguments:
-        return ()
-    try:
-        value: Any = json.loads(call.arguments)
-    except (TypeError, ValueError):
-        value = call.arguments
-    found: list[str] = []
-
-    def walk(item: Any, key: str = "") -> None:
-        if isinstance(item, dict):
-            for name, inner in item.items():
-                walk(inner, str(name))
-        elif isinstance(item, list):
-            for inner in item:
-                walk(inner, key)
-        elif isinstance(item, str):
-            text = item.strip()
-            if 3 <= len(text) <= 120:
-                found.append(text)
-            # A command or a long query is named by its parts: the program run, the paths.
-            if " " in text:
-                if key in _COMMAND_KEYS and len(text.split()[0]) >= 2:
-                    found.append(text.split()[0])
-                found.extend(c for c in candidates(text) if is_path(c))
-        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 1000:
-            found.append(str(item))
-
-    walk(value)
-    return tuple(sorted(dict.fromkeys(found), key=len, reverse=True))
-
-
 def call_target(call: ToolCall) -> str:
     """A call's arguments in one canonical form (a retry of the same target compares equal)."""
     try:
@@ -119,17 +85,21 @@ class Analysis:
         transcript: Transcript,
         policy: Policy,
         ledger: LedgerSnapshot | None = None,
+        scans: MessageScans | None = None,
     ) -> None:
         self.transcript = transcript
         self.policy = policy
         self.ledger = ledger
+        self.scans = scans if scans is not None else MessageScans(policy)
+        """The policy's per-message scans (shared by the analyses of one growing
+        conversation)."""
         self.abandoned: set[int] = set()
         self.ledger_conflicts: list[LedgerConflict] = []
         self.ledger_only: list[Obligation] = []
         self._ledger_records: dict[str, dict[str, list[Obligation]]] = {}
         if ledger is not None:
             self._match_ledger(ledger)
-        self.outcomes: list[Outcome] = [self._outcome(r) for r in transcript.results]
+        self.outcomes: list[Outcome] = self.scans.outcomes(transcript.results)
         self.failed = [o == "failure" for o in self.outcomes]
         self.user_turns = [
             e.index for e in transcript.entries if e.role == "user" and not e.only_results
@@ -155,10 +125,15 @@ class Analysis:
 
     @classmethod
     def build(
-        cls, transcript: Transcript, policy: Policy, ledger: LedgerSnapshot | None = None
+        cls,
+        transcript: Transcript,
+        policy: Policy,
+        ledger: LedgerSnapshot | None = None,
+        scans: MessageScans | None = None,
     ) -> Analysis:
-        """Analyse `transcript` under `policy`, cross-checked against `ledger` when given."""
-        return cls(transcript, policy, ledger)
+        """Analyse `transcript` under `policy`, cross-checked against `ledger` when given;
+        `scans` carries what earlier analyses of the same messages already scanned."""
+        return cls(transcript, policy, ledger, scans)
 
     # -- span queries ------------------------------------------------------------------------
 
@@ -199,32 +174,6 @@ class Analysis:
         )
 
     # -- shared facts ------------------------------------------------------------------------
-
-    def _outcome(self, result: ToolResult) -> Outcome:
-        policy = self.policy
-        head = result.text[:RESULT_HEAD]
-        # One pass over the three shape lists first: most results match none of them.
-        negative = policy.negative_regex
-        if negative is None or negative.search(head) is None:
-            if result.status == "error":
-                return "failure"
-            if not head.strip():
-                return "absence" if policy.patterns.null_result.empty else "silent"
-            return "success"
-        rejection = policy.rejection_regex
-        if rejection is not None and rejection.search(head) is not None:
-            return "rejection"
-        absence = policy.null_regex
-        if absence is not None and absence.search(head) is not None:
-            return "absence"
-        if result.status == "error":
-            return "failure"
-        failure = policy.error_regex
-        if failure is not None and failure.search(head) is not None:
-            return "failure"
-        if not head.strip():
-            return "absence" if policy.patterns.null_result.empty else "silent"
-        return "success"
 
     def _protected_head(self) -> int:
         head = self.policy.protected_head

@@ -285,6 +285,11 @@ class Policy(_Model):
         return compile_patterns(self.patterns.transaction.end)
 
     @cached_property
+    def identifier_stopwords(self) -> frozenset[str]:
+        """Values never taken for identifiers."""
+        return frozenset(self.patterns.identifiers.stopwords)
+
+    @cached_property
     def identifier_regex(self) -> Scan | None:
         """Identifier shapes as one regex."""
         return compile_patterns(self.patterns.identifiers.patterns)

@@ -182,14 +182,19 @@ class Transcript:
         entries: list[Entry],
         calls: list[ToolCall],
         results: list[ToolResult],
+        *,
+        closed: bytearray | None = None,
+        formats: set[str] | None = None,
     ) -> None:
         self.messages = messages
         self.entries = entries
         self.calls = calls
         self.results = results
-        formats = {e.format for e in entries if e.format != PLAIN}
+        if formats is None:
+            formats = {e.format for e in entries if e.format != PLAIN}
+        formats = set(formats)
         self.format = formats.pop() if len(formats) == 1 else (MIXED if formats else PLAIN)
-        self._closed = _closed_cuts(len(entries), calls, results)
+        self._closed = _closed_cuts(len(entries), calls, results) if closed is None else closed
         self.units = atomic_units(entries)
 
     @classmethod
@@ -197,7 +202,10 @@ class Transcript:
         """Parse messages of any supported format; raise `TranscriptError` naming the message."""
         if isinstance(messages, (str, bytes, Mapping)):
             raise TranscriptError(f"expected a list of messages, got {type(messages).__name__}")
-        return _Parser().run(list(messages))
+        messages = list(messages)
+        parser = _Parser()
+        parser.feed(messages)
+        return parser.transcript(messages)
 
     @classmethod
     def load(cls, path: str | Path) -> Transcript:
@@ -353,24 +361,56 @@ def _require_id(value: Any, what: str, index: int) -> str:
 
 
 class _Parser:
-    """One pass over the messages; results are paired as they are met."""
+    """One pass over the messages; results are paired as they are met.
+
+    The parser can be fed again with messages appended to the same conversation
+    (`TranscriptBuilder`). What it published stays as it was: a call answered later is
+    replaced in the parser's list, never changed in place, and `transcript` hands out
+    copies of the lists. Cut closedness is kept as it goes: appending messages never
+    changes whether an earlier cut is closed.
+    """
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
         self.calls: list[ToolCall] = []
         self.results: list[ToolResult] = []
         self.unanswered: dict[str, list[int]] = {}
+        self.closed = bytearray()
+        self.formats: set[str] = set()
+        self._open = 0  # calls before the next cut still without their resolution
 
-    def run(self, messages: list[Any]) -> Transcript:
-        for index, message in enumerate(messages):
+    def feed(self, messages: Sequence[Any], start: int = 0) -> None:
+        """Parse ``messages[start:]`` (the messages before `start` already fed)."""
+        for index in range(start, len(messages)):
+            message = messages[index]
             # A plain dict skips the slower ABC check.
             if type(message) is not dict and not isinstance(message, Mapping):
                 raise TranscriptError(
                     f"expected a message object, got {type(message).__name__}",
                     message_index=index,
                 )
+            self.closed.append(self._open == 0)
             self._message(index, message)
-        return Transcript(messages, self.entries, self.calls, self.results)
+            entry = self.entries[index]
+            if entry.format != PLAIN:
+                self.formats.add(entry.format)
+            calls = self.calls
+            for ordinal in entry.results:
+                call = self.results[ordinal].call
+                if call is not None and calls[call].message_index < index:
+                    self._open -= 1
+            for ordinal in entry.calls:
+                if calls[ordinal].result is None:
+                    self._open += 1
+
+    def transcript(self, messages: Sequence[Mapping[str, Any]]) -> Transcript:
+        """The transcript of everything fed so far (`messages` as the caller holds them)."""
+        closed = self.closed.copy()
+        closed.append(self._open == 0)
+        return Transcript(
+            messages, list(self.entries), list(self.calls), list(self.results),
+            closed=closed, formats=self.formats,
+        )  # fmt: skip
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -400,17 +440,24 @@ class _Parser:
         )
         if own is not None and self.calls[own].result is None:
             result.call = own
-            self.calls[own].result = ordinal
+            self._answer(own, ordinal)
         elif waiting:
             # The call it follows: the latest one still waiting (ids reused while a call is
             # open pair as the providers pair them).
             result.call = waiting.pop()
-            self.calls[result.call].result = ordinal
+            self._answer(result.call, ordinal)
             if not waiting:  # freed now rather than kept alive (and GC-scanned) to the end
                 del self.unanswered[call_id]
         self.results.append(result)
         entry.results.append(ordinal)
         entry.chars += len(result.text)
+
+    def _answer(self, call: int, result: int) -> None:
+        # A copy, not a change in place: a transcript published earlier keeps its open call.
+        before = self.calls[call]
+        self.calls[call] = ToolCall(
+            before.id, before.name, before.message_index, before.arguments, call, result
+        )
 
     def _release(self, entry: Entry) -> None:
         # Calls become answerable only by later messages.

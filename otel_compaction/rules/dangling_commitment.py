@@ -96,7 +96,7 @@ def scan(analysis: Analysis) -> list[Tracked]:
     for entry in analysis.transcript.entries:
         if entry.role != "assistant" or not entry.text:
             continue
-        found = promises(analysis.policy, entry.text)
+        found = analysis.scans.promises(entry)
         if not found:
             continue
         while following < len(call_at) and call_at[following] < entry.index:

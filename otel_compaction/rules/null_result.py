@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def scan(analysis: Analysis) -> list[Negative]:
     """Every negative result, with what its call was about."""
-    from otel_compaction.analysis import NEGATIVE_OUTCOMES, RESULT_HEAD, Negative, call_subjects
+    from otel_compaction.analysis import NEGATIVE_OUTCOMES, RESULT_HEAD, Negative
 
     ignored = set(analysis.policy.patterns.null_result.ignore_tools)
     transcript = analysis.transcript
@@ -34,7 +34,12 @@ def scan(analysis: Analysis) -> list[Negative]:
         excerpt = _excerpt(analysis, result.text[:RESULT_HEAD]) or "(empty result)"
         out.append(
             Negative(
-                result.message_index, result.call_id, tool, excerpt, call_subjects(call), outcome
+                result.message_index,
+                result.call_id,
+                tool,
+                excerpt,
+                analysis.scans.subjects(call),
+                outcome,
             )
         )
     return out

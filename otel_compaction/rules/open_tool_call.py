@@ -13,8 +13,6 @@ if TYPE_CHECKING:
 def scan(analysis: Analysis) -> list[Tracked]:
     """Every call with where it resolves: its result, or where it was opened when the ledger
     records it abandoned."""
-    from otel_compaction.analysis import call_subjects
-
     out: list[Tracked] = []
     results = analysis.transcript.results
     for call in analysis.transcript.calls:
@@ -28,7 +26,7 @@ def scan(analysis: Analysis) -> list[Tracked]:
         out.append(
             Tracked(
                 "open_tool_call", "tool_call", call.id, call.name, call.message_index,
-                resolved, status, call_subjects(call),
+                resolved, status, analysis.scans.subjects(call),
             )
         )  # fmt: skip
     return out

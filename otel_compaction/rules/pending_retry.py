@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
-from otel_compaction.rules.dangling_commitment import promises
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
 
 def scan(analysis: Analysis) -> list[Tracked]:
     """Every retry chain, from its first failure to where it succeeds or is given up."""
-    from otel_compaction.analysis import call_subjects, call_target
+    from otel_compaction.analysis import call_target
 
     transcript = analysis.transcript
     calls, results, entries = transcript.calls, transcript.results, transcript.entries
@@ -64,7 +63,7 @@ def scan(analysis: Analysis) -> list[Tracked]:
                 continue
             turn_ends = index >= len(entries) or entries[index].role != "assistant"
             if entry.role == "assistant" and not entry.calls and entry.text.strip() and turn_ends:
-                if promises(analysis.policy, entry.text):
+                if analysis.scans.promises(entry):
                     promised = True
                     continue
                 resolved, status = entry.index, "given_up"
@@ -75,7 +74,7 @@ def scan(analysis: Analysis) -> list[Tracked]:
         out.append(
             Tracked(
                 "pending_retry", "retry", call.id, call.name, result.message_index, resolved,
-                status, call_subjects(call),
+                status, analysis.scans.subjects(call),
             )
         )  # fmt: skip
     return out

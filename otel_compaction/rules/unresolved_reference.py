@@ -15,7 +15,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from otel_compaction.identifiers import find_identifiers, is_path
+from otel_compaction.identifiers import is_path
 from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
@@ -35,29 +35,14 @@ class Bindings:
 
 def scan(analysis: Analysis) -> Bindings:
     """Every identifier's appearances, sorted by first appearance."""
-    shapes = analysis.policy.identifier_regex
     bindings = Bindings()
-    if shapes is None:
+    if analysis.policy.identifier_regex is None:
         return bindings
-    stop = set(analysis.policy.patterns.identifiers.stopwords)
     transcript = analysis.transcript
-    calls, results = transcript.calls, transcript.results
+    identifiers = analysis.scans.identifiers
     table: dict[str, tuple[list[int], list[bool]]] = {}
-    known: dict[str, bool] = {}
     for entry in transcript.entries:
-        referring = [entry.text] if entry.role not in ("system", "developer") else []
-        introducing = [entry.text] if not referring else []
-        referring += [calls[c].arguments for c in entry.calls]
-        introducing += [results[r].text for r in entry.results]
-        found: dict[str, bool] = {}
-        for texts, refers in ((introducing, False), (referring, True)):
-            for text in texts:
-                if not text:
-                    continue
-                for value in find_identifiers(text, shapes, known):
-                    if value not in stop and value not in found:
-                        found[value] = refers
-        for value, refers in found.items():
+        for value, refers in identifiers(transcript, entry):
             where = table.get(value)
             if where is None:
                 table[value] = ([entry.index], [refers])
