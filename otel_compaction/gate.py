@@ -33,6 +33,7 @@ from otel_compaction.errors import (
     LiveSpanCompactionError,
     OpenObligationError,
 )
+from otel_compaction.incremental import DEFAULT_MAX_CONVERSATIONS, AnalysisCache
 from otel_compaction.ledger import ObligationLedger
 from otel_compaction.policy import Policy
 from otel_compaction.rules import RULES, Finding, ObligationRef, SpanView, run_rules
@@ -204,15 +205,24 @@ class CompactionGate:
         policy: Policy | str = "default",
         *,
         ledger: ObligationLedger | None = None,
+        incremental: bool = True,
     ) -> None:
         """Create a gate.
 
         Args:
             policy: a `Policy`, a built-in policy name or a policy file path.
             ledger: the live obligation ledger to cross-check; None for transcript-only checks.
+            incremental: keep each conversation's parse and scans between evaluations, so
+                that a transcript which only grew costs its new messages (see
+                `otel_compaction.incremental`); as many conversations as the ledger keeps.
         """
         self.policy = policy if isinstance(policy, Policy) else Policy.load(policy)
         self.ledger = ledger
+        self.cache: AnalysisCache | None = None
+        """The per-conversation incremental state (None when not `incremental`)."""
+        if incremental:
+            bound = ledger.max_conversations if ledger is not None else DEFAULT_MAX_CONVERSATIONS
+            self.cache = AnalysisCache(bound)
         self._observers: list[Observer] = []
 
     def add_observer(self, observer: Observer) -> None:
@@ -226,12 +236,18 @@ class CompactionGate:
         conversation_id: str | None = None,
     ) -> Analysis:
         """Parse (if needed) and analyse `transcript` against the conversation's ledger
-        (`conversation_id`, else the current conversation scope)."""
-        parsed = transcript if isinstance(transcript, Transcript) else Transcript.parse(transcript)
+        (`conversation_id`, else the current conversation scope). A list of messages is
+        analysed incrementally: only what was appended since this conversation's last
+        analysis is parsed and scanned."""
+        conversation_id = conversation_id or current_conversation_id()
         snapshot = None
         if self.ledger is not None:
-            snapshot = self.ledger.snapshot(conversation_id or current_conversation_id())
-        return Analysis.build(parsed, self.policy, snapshot)
+            snapshot = self.ledger.snapshot(conversation_id)
+        if isinstance(transcript, Transcript):
+            return Analysis.build(transcript, self.policy, snapshot)
+        if self.cache is None:
+            return Analysis.build(Transcript.parse(transcript), self.policy, snapshot)
+        return self.cache.analyse(transcript, self.policy, snapshot, key=conversation_id)
 
     def evaluate(
         self,

@@ -135,6 +135,11 @@ class ObligationLedger:
         self._overflow_listeners: list[Callable[[Obligation], None]] = []
         self.subscribe(on_change=on_change, on_overflow=on_overflow)
 
+    @property
+    def max_conversations(self) -> int:
+        """Conversations kept; the least recently touched goes first."""
+        return self._max_conversations
+
     def subscribe(
         self,
         *,

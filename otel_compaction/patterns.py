@@ -13,9 +13,10 @@ No pattern can hang the gate, whoever wrote it. A `Scan` runs on one of two engi
 - **A bounded backtracking scan** (the ``regex`` module, compatible with `re`) for what RE2
   cannot express (lookaround, backreferences) and for non-ASCII text, where ``\\w``, ``\\d``,
   ``\\s`` and ``\\b`` are Unicode classes. Each call is stopped after `MATCH_TIMEOUT` seconds and
-  counts as no match; a pattern list that times out `MAX_TIMEOUTS` times is switched off for
-  the rest of the process, logged as an error naming it. The worst case of one list is
-  therefore about ``MAX_TIMEOUTS * MATCH_TIMEOUT`` per process, whatever its input.
+  counts as no match (CPU time of the thread, so a busy machine changes no verdict); a pattern
+  list that times out `MAX_TIMEOUTS` times is switched off for the rest of the process, logged
+  as an error naming it. The worst case of one list is therefore about
+  ``MAX_TIMEOUTS * MATCH_TIMEOUT`` of CPU time per process, whatever its input.
 
 Why not one engine: RE2 alone would reject the lookaheads that identifier shapes need to say
 "letters and digits mixed", and would read ``\\w`` in non-ASCII text differently from the
@@ -30,6 +31,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal, Protocol
 
@@ -44,6 +46,9 @@ MATCH_TIMEOUT: Final = 0.02
 """Seconds one backtracking match may run before it is stopped and counts as no match."""
 MAX_TIMEOUTS: Final = 3
 """Timeouts after which a backtracking pattern list is switched off for the process."""
+# Wall time one match may be given while its thread waits on others, before it counts as a
+# timeout whatever the CPU time spent.
+_MAX_WALL: Final = 2.0
 
 Engine = Literal["re2", "bounded"]
 
@@ -243,26 +248,36 @@ class Scan:
     def _bounded_call(self, method: str, text: str) -> Match | None:
         if self.disabled:
             return None
-        try:
-            found: Match | None = getattr(self._bounded, method)(text, timeout=MATCH_TIMEOUT)
-            return found
-        except TimeoutError:
-            with self._lock:
-                self._timeouts += 1
-                if self._timeouts >= MAX_TIMEOUTS and not self.disabled:
-                    self.disabled = True
-                    _log.error(
-                        "otel-compaction: policy pattern %r timed out %d times "
-                        "(%.0f ms each); it is switched off for this process",
-                        self.source, self._timeouts, MATCH_TIMEOUT * 1000,
-                    )  # fmt: skip
-                else:
-                    _log.warning(
-                        "otel-compaction: policy pattern %r took over %.0f ms on a "
-                        "%d-character text; counted as no match",
-                        self.source, MATCH_TIMEOUT * 1000, len(text),
-                    )  # fmt: skip
-            return None
+        run = getattr(self._bounded, method)
+        # The engine's timeout is wall-clock time; what bounds the pattern is the CPU time
+        # this thread spent in it. A thread kept waiting by others (the GIL, a busy machine)
+        # runs the match again with more wall time, so the verdict never depends on load.
+        cpu = time.thread_time()
+        wall = MATCH_TIMEOUT
+        while True:
+            try:
+                found: Match | None = run(text, timeout=wall)
+                return found
+            except TimeoutError:
+                if time.thread_time() - cpu >= MATCH_TIMEOUT or wall >= _MAX_WALL:
+                    break
+                wall *= 4
+        with self._lock:
+            self._timeouts += 1
+            if self._timeouts >= MAX_TIMEOUTS and not self.disabled:
+                self.disabled = True
+                _log.error(
+                    "otel-compaction: policy pattern %r timed out %d times "
+                    "(%.0f ms each); it is switched off for this process",
+                    self.source, self._timeouts, MATCH_TIMEOUT * 1000,
+                )  # fmt: skip
+            else:
+                _log.warning(
+                    "otel-compaction: policy pattern %r took over %.0f ms on a "
+                    "%d-character text; counted as no match",
+                    self.source, MATCH_TIMEOUT * 1000, len(text),
+                )  # fmt: skip
+        return None
 
 
 def check_pattern(pattern: str) -> None:

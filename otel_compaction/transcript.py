@@ -37,6 +37,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Transcript",
+    "TranscriptBuilder",
     "Unit",
     "closed_cuts_of",
     "load_messages",
@@ -203,7 +204,7 @@ class Transcript:
         if isinstance(messages, (str, bytes, Mapping)):
             raise TranscriptError(f"expected a list of messages, got {type(messages).__name__}")
         messages = list(messages)
-        parser = _Parser()
+        parser = TranscriptBuilder()
         parser.feed(messages)
         return parser.transcript(messages)
 
@@ -360,14 +361,14 @@ def _require_id(value: Any, what: str, index: int) -> str:
     )
 
 
-class _Parser:
+class TranscriptBuilder:
     """One pass over the messages; results are paired as they are met.
 
-    The parser can be fed again with messages appended to the same conversation
-    (`TranscriptBuilder`). What it published stays as it was: a call answered later is
-    replaced in the parser's list, never changed in place, and `transcript` hands out
-    copies of the lists. Cut closedness is kept as it goes: appending messages never
-    changes whether an earlier cut is closed.
+    The builder can be fed again with messages appended to the same conversation. What it
+    published stays as it was: a call answered later is replaced in the builder's list,
+    never changed in place, and `transcript` hands out copies of the lists. Cut closedness
+    is kept as it goes: appending messages never changes whether an earlier cut is closed.
+    After a `TranscriptError` the builder is half-fed: start a new one.
     """
 
     def __init__(self) -> None:
@@ -378,6 +379,9 @@ class _Parser:
         self.closed = bytearray()
         self.formats: set[str] = set()
         self._open = 0  # calls before the next cut still without their resolution
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
     def feed(self, messages: Sequence[Any], start: int = 0) -> None:
         """Parse ``messages[start:]`` (the messages before `start` already fed)."""

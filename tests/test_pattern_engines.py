@@ -97,7 +97,7 @@ def test_a_backtracking_pattern_is_stopped_and_then_switched_off(
     assert policy.null_regex is not None and policy.null_regex.engine == "bounded"
     scan = policy.negative_regex  # every negative shape in one pass: what reads each result
     assert scan is not None and scan.engine == "bounded"
-    gate = CompactionGate(policy)
+    gate = CompactionGate(policy, incremental=False)  # every evaluation reads every result
     caplog.set_level(logging.WARNING, logger="otel_compaction.patterns")
     text = "a" * 60 + "c"
     for _ in range(MAX_TIMEOUTS + 2):
