@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import operator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,6 +70,10 @@ class LedgerConflict:
     detail: str
 
 
+_OPENED = operator.attrgetter("opened")
+_MESSAGE_INDEX = operator.attrgetter("message_index")
+
+
 def call_target(call: ToolCall) -> str:
     """A call's arguments in one canonical form (a retry of the same target compares equal)."""
     try:
@@ -100,10 +105,7 @@ class Analysis:
         if ledger is not None:
             self._match_ledger(ledger)
         self.outcomes: list[Outcome] = self.scans.outcomes(transcript.results)
-        self.failed = [o == "failure" for o in self.outcomes]
-        self.user_turns = [
-            e.index for e in transcript.entries if e.role == "user" and not e.only_results
-        ]
+        self.user_turns = self.scans.user_turns(transcript)
         self.head = self._protected_head()
         self.facts: dict[str, Any] = {}
         tracked: list[Tracked] = []
@@ -114,13 +116,20 @@ class Analysis:
             self.facts[rule.name] = found
             if isinstance(found, list) and found and isinstance(found[0], Tracked):
                 tracked.extend(found)
-        tracked = self._discharged_by_ledger(tracked)
+        if self._ledger_records:
+            tracked = self._discharged_by_ledger(tracked)
         self.stale: dict[tuple[str, str, int], str] = {}
         tracked = self._stale(tracked)
-        self.obligations = sorted(tracked, key=lambda o: o.opened)
-        self.opened_at = [o.opened for o in self.obligations]
+        self.obligations = sorted(tracked, key=_OPENED)
+        self.opened_at = list(map(_OPENED, self.obligations))
         self.negatives: list[Negative] = self.facts.get("null_result") or []
-        self.negative_at = [n.message_index for n in self.negatives]
+        self.negative_at = list(map(_MESSAGE_INDEX, self.negatives))
+        self.units_by_rule: dict[str, list[Tracked]] = {
+            rule.name: self.facts.get(rule.name) or []
+            for rule in RULES.values()
+            if rule.kind == "atomicity" and policy.severity(rule.name) == "block"
+        }
+        """The atomic units of each atomicity rule whose severity blocks."""
         self.pair_closed = self._closed()
 
     @classmethod
@@ -188,6 +197,15 @@ class Analysis:
     def _closed(self) -> bytearray:
         """Cut closedness: tool calls (abandoned ones resolved where they were opened) and
         the atomic units whose rule blocks."""
+        if not self.abandoned:
+            # The parse's closedness, with the cuts inside each blocking unit opened.
+            closed = bytearray(self.transcript.closedness)
+            for units in self.units_by_rule.values():
+                for unit in units:
+                    last = len(closed) - 1 if unit.resolved is None else unit.resolved
+                    if last > unit.opened:
+                        closed[unit.opened + 1 : last + 1] = bytes(last - unit.opened)
+            return closed
         pairs: list[tuple[int, int | None]] = []
         for o in self.obligations:
             if o.kind == "tool_call" or (
@@ -201,6 +219,8 @@ class Analysis:
         commitment closes when it goes stale (the model has moved on); a tool call or a
         transaction is runtime state and stays open, reported as stale."""
         after = self.policy.stale_after
+        if after.turns is None and (after.seconds is None or self.ledger is None):
+            return tracked
         ages = self._ledger_ages()
         out: list[Tracked] = []
         for o in tracked:

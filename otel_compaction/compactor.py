@@ -19,10 +19,8 @@ a transaction rolled back, a stray result absorbed) through the ledger, so a ret
 from __future__ import annotations
 
 import copy
-import json
 import logging
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -47,6 +45,14 @@ from otel_compaction.summarizers import (
     verify,
 )
 from otel_compaction.telemetry import Telemetry
+from otel_compaction.tokens import (
+    MessageTokens,
+    TokenCounter,
+    char_estimate,
+    counter_name,
+    default_token_counter,
+    message_text,
+)
 from otel_compaction.transcript import OPENAI_RESPONSES, Transcript
 
 __all__ = [
@@ -59,29 +65,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-TokenCounter = Callable[[str], int]
-
-
-def char_estimate(text: str) -> int:
-    """About four characters a token: the estimate used when no tokenizer is available."""
-    return math.ceil(len(text) / 4)
-
-
-def default_token_counter() -> TokenCounter:
-    """``tiktoken``'s ``o200k_base`` when it is installed and its encoding can be loaded,
-    otherwise `char_estimate`."""
-    try:
-        import tiktoken
-
-        encoding = tiktoken.get_encoding("o200k_base")
-    except Exception:  # not installed, or its encoding file cannot be fetched here
-        return char_estimate
-
-    def count(text: str) -> int:
-        return len(encoding.encode(text, disallowed_special=()))
-
-    return count
 
 
 class SummaryRejected(LiveSpanCompactionError):
@@ -164,6 +147,10 @@ class GuardedCompactor:
         self.ledger: ObligationLedger = self.gate.ledger or ObligationLedger()
         self.archive = archive
         self.count_tokens = token_counter or default_token_counter()
+        self.token_counts = MessageTokens(self.count_tokens)
+        """Each message's count kept between calls: a transcript that grew costs its new
+        messages."""
+        _log.info("otel-compaction: counting tokens with %s", counter_name(self.count_tokens))
         provider = (
             telemetry.tracer_provider if telemetry is not None else trace.get_tracer_provider()
         )
@@ -174,12 +161,13 @@ class GuardedCompactor:
     # -- budget ------------------------------------------------------------------------------
 
     def message_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Tokens of each message, counted over its JSON form."""
-        return [self.count_tokens(json.dumps(m, ensure_ascii=False, default=str)) for m in messages]
+        """Tokens of each message of the transcript, counted over its JSON form (each
+        message once while the transcript only grows)."""
+        return self.token_counts.per_message(messages)
 
     def tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
-        """Tokens of the whole transcript."""
-        return sum(self.message_tokens(messages))
+        """Tokens of the whole transcript (each message counted once while it only grows)."""
+        return self.token_counts.total(messages)
 
     def should_compact(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """True when usage is above the policy's trigger fraction of the budget."""
@@ -425,7 +413,8 @@ class GuardedCompactor:
                 verification, attempts, "the summary failed verification; span held verbatim",
             )  # fmt: skip
         replacement = _summary_message(summary, transcript.format)
-        after = before - sum(self.message_tokens(span_messages)) + self.tokens([replacement])
+        spanned = sum(self.message_tokens(original)[start:end])
+        after = before - spanned + self.count_tokens(message_text(replacement))
         if after >= before:
             return CompactionResult(
                 original, False, decision, (start, end), summary, handle, before, before,

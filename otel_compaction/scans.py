@@ -11,9 +11,11 @@ positions are only meaningful while the messages before them are unchanged.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Final, Literal
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, cast
 
 from otel_compaction.identifiers import candidates, find_identifiers, is_path
+from otel_compaction.patterns import Scan
 from otel_compaction.policy import Policy
 from otel_compaction.transcript import Entry, ToolCall, ToolResult, Transcript
 
@@ -31,6 +33,24 @@ Outcome = Literal["success", "silent", "failure", "absence", "rejection"]
 something was not the case, or the call was refused before it ran."""
 
 _COMMAND_KEYS: Final = frozenset({"command", "cmd", "script"})
+
+
+class _Folding(Protocol):
+    upto: int
+    """Messages folded so far."""
+
+
+_Fold = TypeVar("_Fold", bound=_Folding)
+_Item = TypeVar("_Item")
+_Out = TypeVar("_Out")
+
+
+class _Appended:
+    __slots__ = ("found", "upto")
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.found: list[Any] = []
 
 
 def call_subjects(call: ToolCall | None) -> tuple[str, ...]:
@@ -76,27 +96,43 @@ class MessageScans:
         (('ZFA04Y', True),)
     """
 
-    __slots__ = ("_identifiers", "_known", "_outcomes", "_promises", "_subjects", "policy")
+    __slots__ = (
+        "_folds", "_identifiers", "_known", "_outcomes", "_promises", "_roles", "_subjects",
+        "_turns", "_turns_upto", "policy",
+    )  # fmt: skip
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._outcomes: dict[int, Outcome] = {}
+        self._outcomes: list[Outcome] = []
+        self._turns: list[int] = []
+        self._turns_upto = 0
         self._subjects: dict[int, tuple[str, ...]] = {}
         self._identifiers: dict[int, tuple[tuple[str, bool], ...]] = {}
         self._promises: dict[int, list[tuple[str, str]]] = {}
         # Each identifier candidate's verdict (one conversation repeats the same values).
         self._known: dict[str, bool] = {}
+        self._roles: dict[str, str] = {}
+        self._folds: dict[str, Any] = {}
 
     def outcomes(self, results: Sequence[ToolResult]) -> list[Outcome]:
         """The outcome of every result, in order."""
         memo = self._outcomes
-        out: list[Outcome] = []
-        for result in results:
-            outcome = memo.get(result.ordinal)
-            if outcome is None:
-                outcome = memo[result.ordinal] = self._outcome(result)
-            out.append(outcome)
-        return out
+        if len(memo) > len(results):
+            return [self._outcome(r) for r in results]  # not this conversation's results
+        memo.extend(self._outcome(r) for r in results[len(memo) :])
+        return memo.copy()
+
+    def user_turns(self, transcript: Transcript) -> list[int]:
+        """The messages where the user speaks (tool results aside), ascending."""
+        turns, entries = self._turns, transcript.entries
+        if self._turns_upto > len(entries):
+            turns, self._turns_upto = [], 0
+            self._turns = turns
+        turns.extend(
+            e.index for e in entries[self._turns_upto :] if e.role == "user" and not e.only_results
+        )
+        self._turns_upto = len(entries)
+        return turns.copy()
 
     def subjects(self, call: ToolCall | None) -> tuple[str, ...]:
         """`call_subjects` of `call`."""
@@ -124,6 +160,35 @@ class MessageScans:
 
             found = self._promises[entry.index] = promises(self.policy, entry.text)
         return found
+
+    def fold(self, name: str, factory: Callable[[], _Fold], length: int) -> _Fold:
+        """The state rule `name` folds the conversation's messages into, kept between
+        analyses (a rule folds only the messages after its ``upto``); a new one from
+        `factory` when there is none, or when it has read past `length` messages."""
+        state = self._folds.get(name)
+        if state is None or state.upto > length:
+            state = self._folds[name] = factory()
+        return cast("_Fold", state)
+
+    def appended(
+        self, name: str, items: Sequence[_Item], make: Callable[[_Item], Iterable[_Out]]
+    ) -> list[_Out]:
+        """What `make` finds in each of `items` (results, calls or messages, in order), for
+        a fact that depends only on the item and what came before it: each item is read once
+        while the conversation grows. A copy: the caller may keep it."""
+        fold = self.fold(name, _Appended, len(items))
+        fold.found.extend(out for item in items[fold.upto :] for out in make(item))
+        fold.upto = len(items)
+        return cast("list[_Out]", fold.found.copy())
+
+    def tool_role(self, name: str, begin: Scan, end: Scan) -> str:
+        """``begin`` or ``end`` when a tool's name opens or closes a transaction (by the
+        policy's patterns `begin` and `end`), else empty; once per name."""
+        role = self._roles.get(name)
+        if role is None:
+            role = "begin" if begin.search(name) else "end" if end.search(name) else ""
+            self._roles[name] = role
+        return role
 
     # -- the scans ---------------------------------------------------------------------------
 

@@ -216,6 +216,11 @@ class Transcript:
     def __len__(self) -> int:
         return len(self.entries)
 
+    @property
+    def closedness(self) -> bytes:
+        """Pairing closedness of every cut 0..n: 1 closed, 0 not (read-only)."""
+        return bytes(self._closed)
+
     def is_closed(self, cut: int) -> bool:
         """True when no call before `cut` lacks its resolution before `cut`."""
         return bool(self._closed[cut])

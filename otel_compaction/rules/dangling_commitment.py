@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from otel_compaction.patterns import sentences
@@ -88,30 +89,43 @@ def subjects(sentence: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(w for w in words if w not in _FILLER))
 
 
+class _Promises:
+    """Every promise so far; an open one is kept by the next message with a tool call."""
+
+    __slots__ = ("open", "tracked", "upto")
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.tracked: list[Tracked] = []
+        self.open: list[int] = []  # positions in `tracked` no call has followed yet
+
+    def extend(self, analysis: Analysis) -> None:
+        tracked = self.tracked
+        for entry in analysis.transcript.entries[self.upto :]:
+            found = analysis.scans.promises(entry) if entry.role == "assistant" else []
+            for phrase, sentence in found:
+                digest = hashlib.sha1(sentence.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+                self.open.append(len(tracked))
+                tracked.append(
+                    Tracked(
+                        "dangling_commitment", "commitment", f"commitment-{digest}", phrase,
+                        entry.index, None, "open", subjects(sentence.replace(phrase, " ")),
+                    )
+                )  # fmt: skip
+            if entry.calls and self.open:
+                for position in self.open:
+                    tracked[position] = replace(
+                        tracked[position], resolved=entry.index, status="kept"
+                    )
+                self.open.clear()
+        self.upto = len(analysis.transcript)
+
+
 def scan(analysis: Analysis) -> list[Tracked]:
     """Every promise with the next tool call at or after it (None when none follows)."""
-    call_at = [c.message_index for c in analysis.transcript.calls]
-    out: list[Tracked] = []
-    following = 0
-    for entry in analysis.transcript.entries:
-        if entry.role != "assistant" or not entry.text:
-            continue
-        found = analysis.scans.promises(entry)
-        if not found:
-            continue
-        while following < len(call_at) and call_at[following] < entry.index:
-            following += 1
-        resolved = call_at[following] if following < len(call_at) else None
-        for phrase, sentence in found:
-            digest = hashlib.sha1(sentence.encode("utf-8", "surrogatepass")).hexdigest()[:10]
-            out.append(
-                Tracked(
-                    "dangling_commitment", "commitment", f"commitment-{digest}", phrase,
-                    entry.index, resolved, "open" if resolved is None else "kept",
-                    subjects(sentence.replace(phrase, " ")),
-                )
-            )  # fmt: skip
-    return out
+    fold = analysis.scans.fold("dangling_commitment", _Promises, len(analysis.transcript))
+    fold.extend(analysis)
+    return fold.tracked.copy()
 
 
 def check(view: SpanView) -> list[Finding]:

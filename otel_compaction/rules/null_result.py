@@ -14,6 +14,7 @@ from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis, Negative
+    from otel_compaction.transcript import ToolResult
 
 
 def scan(analysis: Analysis) -> list[Negative]:
@@ -22,27 +23,21 @@ def scan(analysis: Analysis) -> list[Negative]:
 
     ignored = set(analysis.policy.patterns.null_result.ignore_tools)
     transcript = analysis.transcript
-    out: list[Negative] = []
-    for result in transcript.results:
-        outcome = analysis.outcomes[result.ordinal]
+    outcomes = analysis.outcomes
+
+    def negative(result: ToolResult) -> list[Negative]:
+        outcome = outcomes[result.ordinal]
         if outcome not in NEGATIVE_OUTCOMES:
-            continue
+            return []
         call = transcript.call_of(result)
         tool = call.name if call is not None else ""
         if tool in ignored:
-            continue
+            return []
         excerpt = _excerpt(analysis, result.text[:RESULT_HEAD]) or "(empty result)"
-        out.append(
-            Negative(
-                result.message_index,
-                result.call_id,
-                tool,
-                excerpt,
-                analysis.scans.subjects(call),
-                outcome,
-            )
-        )
-    return out
+        subjects = analysis.scans.subjects(call)
+        return [Negative(result.message_index, result.call_id, tool, excerpt, subjects, outcome)]
+
+    return analysis.scans.appended("null_result", transcript.results, negative)
 
 
 def _excerpt(analysis: Analysis, head: str) -> str:

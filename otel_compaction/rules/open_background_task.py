@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 
 def _launched(arguments: str, flags: list[str]) -> bool:
+    if not any(flag in arguments for flag in flags):
+        return False  # most calls: no flag named at all, nothing to parse
     try:
         value: Any = json.loads(arguments)
     except (TypeError, ValueError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
@@ -10,25 +11,43 @@ if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
 
 
+class _Calls:
+    """One `Tracked` per call (by ordinal), resolved as the results arrive."""
+
+    __slots__ = ("results", "tracked", "upto")
+
+    def __init__(self) -> None:
+        self.upto = 0  # calls folded
+        self.results = 0  # results folded
+        self.tracked: list[Tracked] = []
+
+    def extend(self, analysis: Analysis) -> None:
+        transcript, outcomes = analysis.transcript, analysis.outcomes
+        calls, results, tracked = transcript.calls, transcript.results, self.tracked
+        for call in calls[self.upto :]:
+            tracked.append(
+                Tracked(
+                    "open_tool_call", "tool_call", call.id, call.name, call.message_index,
+                    None, "open", analysis.scans.subjects(call),
+                )
+            )  # fmt: skip
+        for result in results[self.results :]:
+            if result.call is not None:
+                status = "error" if outcomes[result.ordinal] == "failure" else "result"
+                before = tracked[result.call]
+                tracked[result.call] = replace(before, resolved=result.message_index, status=status)
+        self.upto, self.results = len(calls), len(results)
+
+
 def scan(analysis: Analysis) -> list[Tracked]:
     """Every call with where it resolves: its result, or where it was opened when the ledger
     records it abandoned."""
-    out: list[Tracked] = []
-    results = analysis.transcript.results
-    for call in analysis.transcript.calls:
-        if call.result is not None:
-            resolved: int | None = results[call.result].message_index
-            status = "error" if analysis.failed[call.result] else "result"
-        elif call.ordinal in analysis.abandoned:
-            resolved, status = call.message_index, "abandoned"
-        else:
-            resolved, status = None, "open"
-        out.append(
-            Tracked(
-                "open_tool_call", "tool_call", call.id, call.name, call.message_index,
-                resolved, status, analysis.scans.subjects(call),
-            )
-        )  # fmt: skip
+    fold = analysis.scans.fold("open_tool_call", _Calls, len(analysis.transcript.calls))
+    fold.extend(analysis)
+    out = fold.tracked.copy()
+    for ordinal in analysis.abandoned:
+        if out[ordinal].resolved is None:
+            out[ordinal] = replace(out[ordinal], resolved=out[ordinal].opened, status="abandoned")
     return out
 
 

@@ -19,10 +19,12 @@ def scan(analysis: Analysis) -> list[Tracked]:
         return []
     out: list[Tracked] = []
     stack: list[ToolCall] = []
+    role = analysis.scans.tool_role
     for call in analysis.transcript.calls:
-        if begin.search(call.name):
+        kind = role(call.name, begin, end)
+        if kind == "begin":
             stack.append(call)
-        elif end.search(call.name) and stack:
+        elif kind == "end" and stack:
             opened = stack.pop()
             status = "rolled_back" if "roll" in call.name.lower() else "committed"
             out.append(

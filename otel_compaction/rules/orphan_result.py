@@ -13,6 +13,8 @@ def check(view: SpanView) -> list[Finding]:
     """Results in the span answering a call before it."""
     transcript = view.analysis.transcript
     out: list[Finding] = []
+    if transcript.is_closed(view.start):
+        return out  # every call before the span has its result before it
     for entry in transcript.entries[view.start : view.end]:
         for ordinal in entry.results:
             result = transcript.results[ordinal]

@@ -25,61 +25,126 @@ if TYPE_CHECKING:
 @dataclass(slots=True)
 class Bindings:
     """Where each identifier appears: message indices ascending, and whether the appearance
-    in that message refers to it (True) or introduces it (a tool result, the system prompt)."""
+    in that message refers to it (True) or introduces it (a tool result, the system prompt).
+    Only the first ``lengths[i]`` appearances of value ``i`` belong to this transcript (the
+    lists are shared with the conversation's table, which goes on growing)."""
 
     values: list[str] = field(default_factory=list)
     first: list[int] = field(default_factory=list)
     at: list[list[int]] = field(default_factory=list)
     refers: list[list[bool]] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+
+class _Table:
+    """The conversation's identifier appearances, folded one message at a time, in order of
+    first appearance (ties by value): a transcript that grew only folds its new messages."""
+
+    __slots__ = ("at", "first", "paths", "position", "refers", "upto", "values")
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.position: dict[str, int] = {}
+        self.values: list[str] = []
+        self.first: list[int] = []
+        self.at: list[list[int]] = []
+        self.refers: list[list[bool]] = []
+        self.paths: list[int] = []  # positions of the values that are paths
+
+    def extend(self, analysis: Analysis) -> None:
+        transcript = analysis.transcript
+        identifiers = analysis.scans.identifiers
+        position, at, refers = self.position, self.at, self.refers
+        for entry in transcript.entries[self.upto :]:
+            new: list[tuple[str, bool]] = []
+            for value, refer in identifiers(transcript, entry):
+                where = position.get(value)
+                if where is None:
+                    new.append((value, refer))
+                else:
+                    at[where].append(entry.index)
+                    refers[where].append(refer)
+            for value, refer in sorted(new):
+                position[value] = len(self.values)
+                if is_path(value):
+                    self.paths.append(len(self.values))
+                self.values.append(value)
+                self.first.append(entry.index)
+                at.append([entry.index])
+                refers.append([refer])
+        self.upto = len(transcript)
+
+    def bindings(self) -> Bindings:
+        """This transcript's bindings, relative paths folded into their absolute paths."""
+        bindings = Bindings(
+            self.values.copy(), self.first.copy(), self.at.copy(), self.refers.copy(),
+            list(map(len, self.at)),
+        )  # fmt: skip
+        merged = _merge_relative_paths(bindings, self.paths)
+        if not merged:
+            return bindings
+        # A merged path takes the first appearance of either form: order again.
+        order = sorted(
+            (i for i in range(len(bindings.values)) if i not in merged),
+            key=lambda i: (bindings.first[i], bindings.values[i]),
+        )
+        return Bindings(
+            [bindings.values[i] for i in order], [bindings.first[i] for i in order],
+            [bindings.at[i] for i in order], [bindings.refers[i] for i in order],
+            [bindings.lengths[i] for i in order],
+        )  # fmt: skip
 
 
 def scan(analysis: Analysis) -> Bindings:
     """Every identifier's appearances, sorted by first appearance."""
-    bindings = Bindings()
     if analysis.policy.identifier_regex is None:
-        return bindings
-    transcript = analysis.transcript
-    identifiers = analysis.scans.identifiers
-    table: dict[str, tuple[list[int], list[bool]]] = {}
-    for entry in transcript.entries:
-        for value, refers in identifiers(transcript, entry):
-            where = table.get(value)
-            if where is None:
-                table[value] = ([entry.index], [refers])
-            else:
-                where[0].append(entry.index)
-                where[1].append(refers)
-    _merge_relative_paths(table)
-    for value, (at, flags) in sorted(table.items(), key=lambda kv: (kv[1][0][0], kv[0])):
-        bindings.values.append(value)
-        bindings.first.append(at[0])
-        bindings.at.append(at)
-        bindings.refers.append(flags)
-    return bindings
+        return Bindings()
+    table = analysis.scans.fold("unresolved_reference", _Table, len(analysis.transcript))
+    table.extend(analysis)
+    return table.bindings()
 
 
-def _merge_relative_paths(table: dict[str, tuple[list[int], list[bool]]]) -> None:
+def _merge_relative_paths(bindings: Bindings, paths: list[int]) -> set[int]:
     """Fold a relative path into the one absolute path it is the tail of (``src/a.py`` and
-    ``/home/dev/shop/src/a.py`` are one file), so that either form binds the other."""
-    tails: dict[str, list[str]] = {}
-    for value in table:
-        if value.startswith(("/", "~")) and is_path(value):
+    ``/home/dev/shop/src/a.py`` are one file), so that either form binds the other. Returns
+    the positions of the relative paths folded away."""
+    values = bindings.values
+    tails: dict[str, list[int]] = {}
+    for at in paths:
+        value = values[at]
+        if value.startswith(("/", "~")):
             parts = value.split("/")
             for cut in range(1, len(parts) - 1):
-                tails.setdefault("/".join(parts[cut:]), []).append(value)
-    for value in list(table):
-        if value.startswith(("/", "~")) or not is_path(value):
+                tails.setdefault("/".join(parts[cut:]), []).append(at)
+    folded: set[int] = set()
+    if not tails:
+        return folded
+    for at in paths:
+        value = values[at]
+        if value.startswith(("/", "~")):
             continue
         targets = tails.get(value.lstrip("/"))
         if not targets or len(targets) != 1:
             continue  # not a tail of any absolute path, or ambiguous
+        target = targets[0]
         merged: dict[int, bool] = {}
-        for index, refers in zip(*table[targets[0]], strict=True):
+        length = bindings.lengths[target]
+        for index, refers in zip(
+            bindings.at[target][:length], bindings.refers[target][:length], strict=True
+        ):
             merged[index] = refers
-        for index, refers in zip(*table.pop(value), strict=True):
+        length = bindings.lengths[at]
+        for index, refers in zip(
+            bindings.at[at][:length], bindings.refers[at][:length], strict=True
+        ):
             merged[index] = merged.get(index, True) and refers
         ordered = sorted(merged.items())
-        table[targets[0]] = ([i for i, _ in ordered], [r for _, r in ordered])
+        bindings.at[target] = [i for i, _ in ordered]
+        bindings.refers[target] = [r for _, r in ordered]
+        bindings.lengths[target] = len(ordered)
+        bindings.first[target] = ordered[0][0]
+        folded.add(at)
+    return folded
 
 
 def owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int, int]], int]:
@@ -91,9 +156,10 @@ def owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int,
     ranked: list[tuple[int, int, str, int]] = []
     for position in range(lo, hi):
         at, refers = bindings.at[position], bindings.refers[position]
-        after = bisect.bisect_left(at, end)
-        if after < len(at) and refers[after]:
-            uses = sum(refers[after:])
+        length = bindings.lengths[position]
+        after = bisect.bisect_left(at, end, 0, length)
+        if after < length and refers[after]:
+            uses = sum(refers[after:length])
             ranked.append((-uses, at[after], bindings.values[position], at[0]))
     ranked.sort()
     cap = analysis.policy.patterns.identifiers.max_identifiers

@@ -1,0 +1,144 @@
+"""Token counts: a tokenizer only when it is already on disk, and each message counted once.
+
+`default_token_counter` uses ``tiktoken``'s ``o200k_base`` only when its encoding file is
+already cached (tiktoken otherwise downloads it, over the network and with no timeout, the
+first time it is asked): ``TIKTOKEN_CACHE_DIR``, ``DATA_GYM_CACHE_DIR`` or tiktoken's default
+cache under the temporary directory. Otherwise it falls back to `char_estimate`, about four
+characters a token. `counter_name` says which one is in use; the compactor logs it once.
+
+`MessageTokens` keeps each message's count, so a transcript that only grew costs its new
+messages: the messages seen last time are matched by identity, and the last one is counted
+again (a reply may still be written in place).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import operator
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = [
+    "ENCODING",
+    "MessageTokens",
+    "TokenCounter",
+    "cached_encoding_path",
+    "char_estimate",
+    "counter_name",
+    "default_token_counter",
+]
+
+_log = logging.getLogger(__name__)
+
+TokenCounter = Callable[[str], int]
+
+ENCODING: Final = "o200k_base"
+_BLOB: Final = f"https://openaipublic.blob.core.windows.net/encodings/{ENCODING}.tiktoken"
+
+
+def char_estimate(text: str) -> int:
+    """About four characters a token: the estimate used when no tokenizer is available."""
+    return math.ceil(len(text) / 4)
+
+
+def cached_encoding_path() -> Path | None:
+    """Where tiktoken keeps the ``o200k_base`` encoding, when it is there (None: it would
+    have to be downloaded, or caching is switched off)."""
+    directory = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    if directory is None:
+        directory = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if not directory:
+        return None
+    path = Path(directory) / hashlib.sha1(_BLOB.encode()).hexdigest()
+    return path if path.is_file() else None
+
+
+def default_token_counter() -> TokenCounter:
+    """tiktoken's ``o200k_base`` when tiktoken is installed and its encoding is cached on
+    disk; `char_estimate` otherwise. Never downloads anything."""
+    if cached_encoding_path() is None:
+        return char_estimate
+    try:
+        import tiktoken
+
+        encoding = tiktoken.get_encoding(ENCODING)
+    except Exception:  # not installed, or the cached file is unusable
+        return char_estimate
+
+    def count(text: str) -> int:
+        return len(encoding.encode(text, disallowed_special=()))
+
+    count.__qualname__ = count.__name__ = f"tiktoken {ENCODING}"
+    return count
+
+
+def counter_name(counter: TokenCounter) -> str:
+    """What `counter` is, for people: ``tiktoken o200k_base``, ``estimate (4 characters a
+    token)`` or the function's name."""
+    if counter is char_estimate:
+        return "estimate (4 characters a token)"
+    return getattr(counter, "__qualname__", None) or repr(counter)
+
+
+def message_text(message: Any) -> str:
+    """The form a message is counted in: its JSON."""
+    return json.dumps(message, ensure_ascii=False, default=str)
+
+
+class MessageTokens:
+    """Per-message token counts of the transcripts one compactor sees, kept between calls.
+
+    Example:
+        >>> tokens = MessageTokens(char_estimate)
+        >>> messages = [{"role": "user", "content": "x" * 400}]
+        >>> tokens.total(messages)
+        108
+        >>> messages.append({"role": "assistant", "content": "ok"})
+        >>> tokens.total(messages), tokens.counted
+        (118, 3)
+    """
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.counted = 0
+        """Messages counted so far (each counted once, but for the last one of a call)."""
+        self._seen: list[Any] = []
+        self._counts: list[int] = []
+        self._sum = 0
+        self._lock = threading.Lock()
+
+    def count(self, message: Any) -> int:
+        """Tokens of one message."""
+        self.counted += 1
+        return self.counter(message_text(message))
+
+    def per_message(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Tokens of each message."""
+        with self._lock:
+            self._update(messages)
+            return self._counts.copy()
+
+    def total(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of the whole transcript."""
+        with self._lock:
+            self._update(messages)
+            return self._sum
+
+    def _update(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        seen = self._seen
+        keep = len(seen) - 1  # the last message seen is counted again: it may have grown
+        if keep < 0 or len(messages) <= keep or not all(map(operator.is_, messages[:keep], seen)):
+            keep = 0
+        del seen[keep:]
+        del self._counts[keep:]
+        for message in messages[keep:]:
+            seen.append(message)
+            self._counts.append(self.count(message))
+        self._sum = sum(self._counts)

@@ -1,0 +1,68 @@
+"""Token counts: no tokenizer download at run time, and each message counted once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from otel_compaction import GuardedCompactor
+from otel_compaction.tokens import (
+    MessageTokens,
+    cached_encoding_path,
+    char_estimate,
+    counter_name,
+    default_token_counter,
+)
+
+
+def test_without_a_cached_encoding_the_estimate_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tiktoken would fetch its encoding over the network: with an empty cache directory
+    the counter is the estimate, and nothing is fetched."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    import tiktoken.load
+
+    def no_network(*_: object, **__: object) -> bytes:
+        raise AssertionError("tried to download a tokenizer")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    assert cached_encoding_path() is None
+    assert default_token_counter() is char_estimate
+    assert counter_name(char_estimate) == "estimate (4 characters a token)"
+
+
+def test_a_cached_encoding_is_found_where_tiktoken_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    (tmp_path / "fb374d419588a4632f3f557e76b4b70aebbca790").write_bytes(b"")
+    assert cached_encoding_path() == tmp_path / "fb374d419588a4632f3f557e76b4b70aebbca790"
+
+
+def test_a_growing_transcript_counts_each_message_once() -> None:
+    tokens = MessageTokens(char_estimate)
+    messages: list[dict[str, str]] = [{"role": "user", "content": "x" * 40}]
+    for turn in range(50):
+        messages.append({"role": "assistant", "content": f"reply {turn}"})
+        assert tokens.total(messages) == MessageTokens(char_estimate).total(messages)
+    # Each message once, and the last one of every call once more (it may have grown).
+    assert tokens.counted == len(messages) + 49
+
+
+def test_the_last_message_written_in_place_is_counted_again() -> None:
+    tokens = MessageTokens(char_estimate)
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}]
+    before = tokens.total(messages)
+    messages[-1]["content"] = "a" * 400
+    assert tokens.total(messages) == MessageTokens(char_estimate).total(messages) > before + 90
+
+
+def test_should_compact_costs_the_new_messages() -> None:
+    compactor = GuardedCompactor(budget=10**6, token_counter=char_estimate)
+    messages: list[dict[str, str]] = []
+    for turn in range(200):
+        messages.append({"role": "user", "content": f"question {turn}"})
+        compactor.should_compact(messages)
+    assert compactor.token_counts.counted <= 2 * len(messages)
