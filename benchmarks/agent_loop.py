@@ -171,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     aim = f"aim <={RATIO_AIM:.0f}x  {verdict(ratio <= RATIO_AIM)}"
     print(f"  ratio to the floor                  {ratio:10.1f}x   {aim}")
     if args.full_turns:
-        full, inc = best["full-short"], best["incremental-short"]
+        rereads, inc = best["full-short"], best["incremental-short"]
         print(
-            f"\n  first {args.full_turns} turns: without incremental state {full * 1e3:.1f} ms, "
-            f"incremental {inc * 1e3:.1f} ms ({full / inc:.1f}x less), "
+            f"\n  first {args.full_turns} turns: without incremental state "
+            f"{rereads * 1e3:.1f} ms, incremental {inc * 1e3:.1f} ms ({rereads / inc:.1f}x less), "
             f"floor {best['floor-short'] * 1e3:.2f} ms"
         )
     print("\n  per-turn cost as the history grows (median of the turns near each length)")
