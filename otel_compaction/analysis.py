@@ -263,9 +263,6 @@ class Analysis:
         """Pair ledger tool-call records with transcript calls of the same id, newest with
         newest (older calls may already have been compacted out of the transcript); keep the
         other kinds' records for `_discharged_by_ledger`."""
-        by_id: dict[str, list[ToolCall]] = {}
-        for call in self.transcript.calls:
-            by_id.setdefault(call.id, []).append(call)
         records: dict[str, list[Obligation]] = {}
         for record in ledger.obligations:
             if record.kind == "tool_call":
@@ -274,8 +271,11 @@ class Analysis:
                 self._ledger_records.setdefault(record.kind, {}).setdefault(record.id, []).append(
                     record
                 )
+        if not records:
+            return
+        by_id = self.scans.calls_by_id(self.transcript.calls)
         for call_id, recorded in records.items():
-            calls = by_id.get(call_id, [])
+            calls = [self.transcript.calls[o] for o in by_id.get(call_id, ())]
             offset = len(calls) - len(recorded)
             for position, record in enumerate(recorded):
                 index = offset + position

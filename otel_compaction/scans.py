@@ -45,6 +45,14 @@ _Item = TypeVar("_Item")
 _Out = TypeVar("_Out")
 
 
+class _ById:
+    __slots__ = ("found", "upto")
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.found: dict[str, list[int]] = {}
+
+
 class _Appended:
     __slots__ = ("found", "upto")
 
@@ -180,6 +188,14 @@ class MessageScans:
         fold.found.extend(out for item in items[fold.upto :] for out in make(item))
         fold.upto = len(items)
         return cast("list[_Out]", fold.found.copy())
+
+    def calls_by_id(self, calls: Sequence[ToolCall]) -> dict[str, list[int]]:
+        """The ordinals of the calls of each id, in order (ids are reused)."""
+        fold = self.fold("calls_by_id", _ById, len(calls))
+        for call in calls[fold.upto :]:
+            fold.found.setdefault(call.id, []).append(call.ordinal)
+        fold.upto = len(calls)
+        return fold.found
 
     def tool_role(self, name: str, begin: Scan, end: Scan) -> str:
         """``begin`` or ``end`` when a tool's name opens or closes a transaction (by the

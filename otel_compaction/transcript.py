@@ -24,7 +24,9 @@ produced, and one model response split over consecutive assistant messages (or s
 
 from __future__ import annotations
 
+import bisect
 import json
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,6 +188,7 @@ class Transcript:
         *,
         closed: bytearray | None = None,
         formats: set[str] | None = None,
+        units: list[Unit] | None = None,
     ) -> None:
         self.messages = messages
         self.entries = entries
@@ -196,7 +199,7 @@ class Transcript:
         formats = set(formats)
         self.format = formats.pop() if len(formats) == 1 else (MIXED if formats else PLAIN)
         self._closed = _closed_cuts(len(entries), calls, results) if closed is None else closed
-        self.units = atomic_units(entries)
+        self.units = atomic_units(entries) if units is None else units
 
     @classmethod
     def parse(cls, messages: Iterable[Any]) -> Transcript:
@@ -276,12 +279,25 @@ def closed_cuts_of(n: int, pairs: Iterable[tuple[int, int | None]]) -> bytearray
     return closed
 
 
-def atomic_units(entries: Sequence[Entry]) -> list[Unit]:
-    """The runs of messages a provider rejects a cut inside, in order of their first message."""
+_FIRST = operator.attrgetter("first")
+
+
+def _run_start(entries: Sequence[Entry], end: int) -> int:
+    """Where the run of assistant messages and bare results ending at ``end - 1`` starts
+    (every atomic unit lies inside one such run)."""
+    start = end
+    while start > 0 and (entries[start - 1].role == "assistant" or entries[start - 1].only_results):
+        start -= 1
+    return start
+
+
+def atomic_units(entries: Sequence[Entry], start: int = 0) -> list[Unit]:
+    """The runs of messages a provider rejects a cut inside, in order of their first message
+    (only those starting at or after `start`, a message that begins a run)."""
     units: list[Unit] = []
     n = len(entries)
     covered = -1  # the last message of the latest thinking loop found
-    for entry in entries:
+    for entry in entries[start:]:
         index = entry.index
         if entry.role == "assistant" and entry.thinking and entry.calls and index > covered:
             last = index
@@ -384,6 +400,8 @@ class TranscriptBuilder:
         self.closed = bytearray()
         self.formats: set[str] = set()
         self._open = 0  # calls before the next cut still without their resolution
+        self._units: list[Unit] = []
+        self._units_upto = 0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -416,9 +434,15 @@ class TranscriptBuilder:
         """The transcript of everything fed so far (`messages` as the caller holds them)."""
         closed = self.closed.copy()
         closed.append(self._open == 0)
+        if self._units_upto != len(self.entries):
+            # Only the run of messages the new ones may have joined can hold a changed unit.
+            restart = _run_start(self.entries, self._units_upto)
+            kept = bisect.bisect_left(self._units, restart, key=_FIRST)
+            self._units = self._units[:kept] + atomic_units(self.entries, restart)
+            self._units_upto = len(self.entries)
         return Transcript(
             messages, list(self.entries), list(self.calls), list(self.results),
-            closed=closed, formats=self.formats,
+            closed=closed, formats=self.formats, units=self._units.copy(),
         )  # fmt: skip
 
     # -- recording ---------------------------------------------------------------------------

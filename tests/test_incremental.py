@@ -115,6 +115,44 @@ def random_transcript(rng: random.Random, length: int) -> Messages:
             messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         elif roll < 0.85:
             messages.append({"role": "tool", "tool_call_id": "stray", "content": "late"})
+        elif roll < 0.9:
+            # A Responses reasoning item and its call, answered later.
+            call_id = f"r{len(used)}"
+            used.append(call_id)
+            messages.append({"type": "reasoning", "id": f"rs{len(messages)}", "summary": []})
+            messages.append(
+                {"type": "function_call", "call_id": call_id, "name": "search", "arguments": "{}"}
+            )
+            if rng.random() < 0.7:
+                messages.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": call_id,
+                        "output": rng.choice(_TEXTS),
+                    }
+                )
+        elif roll < 0.95:
+            # An Anthropic turn that thinks before its tool call, and the result.
+            call_id = f"t{len(used)}"
+            used.append(call_id)
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "hmm", "signature": "s"},
+                        {"type": "tool_use", "id": call_id, "name": "book", "input": {}},
+                    ],
+                }
+            )
+            if rng.random() < 0.7:
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": call_id, "content": "ok"}
+                        ],
+                    }
+                )
         else:
             messages.append({"role": "assistant", "content": rng.choice(_TEXTS)})
     return messages

@@ -12,8 +12,11 @@ tools are the policy's (``patterns.background``).
 
 from __future__ import annotations
 
+import bisect
 import json
+import operator
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
@@ -32,6 +35,34 @@ def _launched(arguments: str, flags: list[str]) -> bool:
     return isinstance(value, dict) and any(value.get(flag) is True for flag in flags)
 
 
+@dataclass(slots=True)
+class _Task:
+    """One background task: where a result names it done (final once found) and, failing
+    that, the first notice of the runtime's that does."""
+
+    ordinal: int  # of the launching call: tasks are kept in call order
+    call: str
+    task: str
+    named: re.Pattern[str]
+    started: int  # the message of the launching call's result
+    next_result: int  # the result ordinal to read from
+    next_entry: int  # the message to read from
+    by_result: tuple[int, str] | None = None
+    by_entry: int | None = None
+
+
+_ORDINAL = operator.attrgetter("ordinal")
+
+
+class _Tasks:
+    __slots__ = ("tasks", "upto", "waiting")
+
+    def __init__(self) -> None:
+        self.upto = 0  # calls read
+        self.waiting: list[int] = []  # launching calls whose result has not come yet
+        self.tasks: list[_Task] = []
+
+
 def scan(analysis: Analysis) -> list[Tracked]:
     """Every background task with where it is seen finished (None while it runs)."""
     settings = analysis.policy.patterns.background
@@ -40,11 +71,17 @@ def scan(analysis: Analysis) -> list[Tracked]:
     if not settings.launch_arguments or ids is None:
         return []
     transcript = analysis.transcript
-    calls, results = transcript.calls, transcript.results
-    kill_tools = set(settings.kill_tools)
-    out: list[Tracked] = []
-    for call in calls:
-        if call.result is None or not _launched(call.arguments, settings.launch_arguments):
+    calls, results, entries = transcript.calls, transcript.results, transcript.entries
+    fold = analysis.scans.fold("open_background_task", _Tasks, len(calls))
+    fold.waiting += [
+        c.ordinal for c in calls[fold.upto :] if _launched(c.arguments, settings.launch_arguments)
+    ]
+    fold.upto = len(calls)
+    still: list[int] = []
+    for ordinal in fold.waiting:
+        call = calls[ordinal]
+        if call.result is None:
+            still.append(ordinal)
             continue
         started = results[call.result]
         match = ids.search(started.text)
@@ -52,31 +89,56 @@ def scan(analysis: Analysis) -> list[Tracked]:
             continue
         task = next((g for g in match.groups() if g), match.group(0))
         named = re.compile(rf"(?<![\w-]){re.escape(task)}(?![\w-])")
-        resolved: int | None = None
-        status = "open"
-        for later in results[started.ordinal + 1 :]:
-            asked = transcript.call_of(later)
-            about = named.search(later.text) or (
-                asked is not None and named.search(asked.arguments)
-            )
-            if not about:
-                continue
-            if asked is not None and asked.name in kill_tools:
-                resolved, status = later.message_index, "stopped"
-                break
-            if done is not None and done.search(later.text):
-                resolved, status = later.message_index, "finished"
-                break
-        if resolved is None and done is not None:
-            # The runtime may also report it in its own message (a notification).
-            for entry in transcript.entries[started.message_index + 1 :]:
-                if entry.text and named.search(entry.text) and done.search(entry.text):
-                    resolved, status = entry.index, "finished"
+        bisect.insort(
+            fold.tasks,
+            _Task(
+                ordinal,
+                call.name,
+                task,
+                named,
+                started.message_index,
+                started.ordinal + 1,
+                started.message_index + 1,
+            ),
+            key=_ORDINAL,
+        )
+    fold.waiting = still
+    kill_tools = set(settings.kill_tools)
+    out: list[Tracked] = []
+    for task in fold.tasks:
+        if task.by_result is None:
+            for later in results[task.next_result :]:
+                asked = transcript.call_of(later)
+                about = task.named.search(later.text) or (
+                    asked is not None and task.named.search(asked.arguments)
+                )
+                if not about:
+                    continue
+                if asked is not None and asked.name in kill_tools:
+                    task.by_result = (later.message_index, "stopped")
                     break
+                if done is not None and done.search(later.text):
+                    task.by_result = (later.message_index, "finished")
+                    break
+            task.next_result = len(results)
+        if task.by_result is None and task.by_entry is None and done is not None:
+            # The runtime may also report it in its own message (a notification).
+            for entry in entries[task.next_entry :]:
+                if entry.text and task.named.search(entry.text) and done.search(entry.text):
+                    task.by_entry = entry.index
+                    break
+            task.next_entry = len(entries)
+        resolved: int | None
+        if task.by_result is not None:
+            resolved, status = task.by_result
+        elif task.by_entry is not None:
+            resolved, status = task.by_entry, "finished"
+        else:
+            resolved, status = None, "open"
         out.append(
             Tracked(
-                "open_background_task", "background_task", task, call.name,
-                started.message_index, resolved, status, (task,),
+                "open_background_task", "background_task", task.task, task.call,
+                task.started, resolved, status, (task.task,),
             )
         )  # fmt: skip
     return out

@@ -11,33 +11,44 @@ if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
 
 
+class _Stack:
+    """Begin/end calls matched as a stack, one call at a time: closed pairs are final."""
+
+    __slots__ = ("closed", "stack", "upto")
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.closed: list[Tracked] = []
+        self.stack: list[ToolCall] = []
+
+
 def scan(analysis: Analysis) -> list[Tracked]:
     """Begin/end tool calls (by the policy's name patterns) matched as a stack."""
     policy = analysis.policy
     begin, end = policy.transaction_begin_regex, policy.transaction_end_regex
     if begin is None or end is None:
         return []
-    out: list[Tracked] = []
-    stack: list[ToolCall] = []
+    calls = analysis.transcript.calls
+    fold = analysis.scans.fold("open_transaction", _Stack, len(calls))
     role = analysis.scans.tool_role
-    for call in analysis.transcript.calls:
+    for call in calls[fold.upto :]:
         kind = role(call.name, begin, end)
         if kind == "begin":
-            stack.append(call)
-        elif kind == "end" and stack:
-            opened = stack.pop()
+            fold.stack.append(call)
+        elif kind == "end" and fold.stack:
+            opened = fold.stack.pop()
             status = "rolled_back" if "roll" in call.name.lower() else "committed"
-            out.append(
+            fold.closed.append(
                 Tracked(
                     "open_transaction", "transaction", opened.id, opened.name,
                     opened.message_index, call.message_index, status,
                 )
             )  # fmt: skip
-    out.extend(
+    fold.upto = len(calls)
+    return fold.closed + [
         Tracked("open_transaction", "transaction", c.id, c.name, c.message_index, None)
-        for c in stack
-    )
-    return out
+        for c in fold.stack
+    ]
 
 
 def check(view: SpanView) -> list[Finding]:
