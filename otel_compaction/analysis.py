@@ -16,8 +16,9 @@ from __future__ import annotations
 import bisect
 import json
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from otel_compaction.ledger import LedgerSnapshot, Obligation
 from otel_compaction.policy import Policy
@@ -70,6 +71,7 @@ class LedgerConflict:
     detail: str
 
 
+_T = TypeVar("_T")
 _OPENED = operator.attrgetter("opened")
 _MESSAGE_INDEX = operator.attrgetter("message_index")
 
@@ -96,6 +98,8 @@ class Analysis:
         self.policy = policy
         self.ledger = ledger
         self.scans = scans if scans is not None else MessageScans(policy)
+        self._blocking: dict[bool, frozenset[str]] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
         """The policy's per-message scans (shared by the analyses of one growing
         conversation)."""
         self.abandoned: set[int] = set()
@@ -145,6 +149,24 @@ class Analysis:
         return cls(transcript, policy, ledger, scans)
 
     # -- span queries ------------------------------------------------------------------------
+
+    def blocking_rules(self, addressable: bool = False) -> frozenset[str]:
+        """The rules whose findings block a span (relaxed when it is archived)."""
+        found = self._blocking.get(addressable)
+        if found is None:
+            found = self._blocking[addressable] = frozenset(
+                name
+                for name in RULES
+                if self.policy.severity(name, addressable=addressable) == "block"
+            )
+        return found
+
+    def span_memo(self, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
+        """`compute()` once per analysis and `key` (what a span query costs is paid once
+        when the gate asks it again: a check, then the must-carry of the same span)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return cast("_T", self._memo[key])
 
     def closed_cuts(self) -> list[int]:
         """Every cut the policy lets a span start or end at: no call before it lacks its

@@ -376,10 +376,6 @@ def _decide(
     return decision("refuse", requested, obligations=named, findings=tuple(findings))
 
 
-def _blocks(analysis: Analysis, rule: str, addressable: bool) -> bool:
-    return analysis.policy.severity(rule, addressable=addressable) == "block"
-
-
 def _extension(analysis: Analysis, start: int, end: int, addressable: bool, critical: bool) -> int:
     """The first cut at or after `end` that closes every blocking obligation arising in the
     span, or `end` itself when none exists within the extension limit."""
@@ -388,11 +384,12 @@ def _extension(analysis: Analysis, start: int, end: int, addressable: bool, crit
     limit = len(analysis.transcript) if critical else end + analysis.policy.extension_limit
     target = end
     obligations = analysis.obligations
+    blocking = analysis.blocking_rules(addressable)
     i = analysis.obligations_index(start)
     while i < len(obligations) and obligations[i].opened < target:
         tracked = obligations[i]
         i += 1
-        if not _blocks(analysis, tracked.rule, addressable):
+        if tracked.rule not in blocking:
             continue
         if tracked.resolved is None:
             return end
@@ -432,6 +429,7 @@ def _last_quiescent_cut(
     """The largest cut c in ``start+1..limit`` that is pairing-closed and past the resolution
     of every blocking obligation arising in ``[start, c)``."""
     obligations = analysis.obligations
+    blocking = analysis.blocking_rules(addressable)
     i = analysis.obligations_index(start)
     reach = start
     best: int | None = None
@@ -440,7 +438,7 @@ def _last_quiescent_cut(
         while i < len(obligations) and obligations[i].opened < cut:
             tracked = obligations[i]
             i += 1
-            if _blocks(analysis, tracked.rule, addressable):
+            if tracked.rule in blocking:
                 resolved = tracked.resolved
                 reach = max(
                     reach, len(analysis.transcript) + 1 if resolved is None else resolved + 1
@@ -470,7 +468,7 @@ def must_carry(
     if any(f.rule == "unresolved_reference" for f in carried):
         from otel_compaction.rules.unresolved_reference import owed
 
-        left_out = owed(analysis, start, end)[1]
+        left_out = owed(analysis, start, end)[1]  # remembered from the span's check
     negative_at = {f.message_index for f in carried if f.rule == "null_result"}
     negatives = tuple(
         n for n in analysis.negatives_in(start, end) if n.message_index in negative_at

@@ -15,6 +15,8 @@ def check(view: SpanView) -> list[Finding]:
     """Stale obligations arising in the span."""
     analysis = view.analysis
     out: list[Finding] = []
+    if not analysis.stale:
+        return out
     for tracked in analysis.obligations_opened_in(view.start, view.end):
         reason = analysis.stale.get((tracked.kind, tracked.id, tracked.opened))
         if reason is None:

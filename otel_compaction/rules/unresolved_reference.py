@@ -150,6 +150,10 @@ def _merge_relative_paths(bindings: Bindings, paths: list[int]) -> set[int]:
 def owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int, int]], int]:
     """The identifiers a summary of ``[start, end)`` owes, as (value, first, first use after
     the span), ranked and capped; and how many the cap left out."""
+    return analysis.span_memo(("owed", start, end), lambda: _owed(analysis, start, end))
+
+
+def _owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int, int]], int]:
     bindings: Bindings = analysis.facts.get("unresolved_reference") or Bindings()
     lo = bisect.bisect_left(bindings.first, start)
     hi = bisect.bisect_left(bindings.first, end)
