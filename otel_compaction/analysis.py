@@ -76,6 +76,23 @@ _OPENED = operator.attrgetter("opened")
 _MESSAGE_INDEX = operator.attrgetter("message_index")
 
 
+_RESOLVED = operator.attrgetter("resolved")
+
+
+def _unresolved_positions(tracked: list[Tracked]) -> list[int]:
+    """Where in `tracked` the obligations without a resolution stand (few among many: the
+    search runs in C)."""
+    resolved = list(map(_RESOLVED, tracked))
+    out: list[int] = []
+    at = -1
+    while True:
+        try:
+            at = resolved.index(None, at + 1)
+        except ValueError:
+            return out
+        out.append(at)
+
+
 def call_target(call: ToolCall) -> str:
     """A call's arguments in one canonical form (a retry of the same target compares equal)."""
     try:
@@ -183,6 +200,19 @@ class Analysis:
         hi = bisect.bisect_left(self.opened_at, end)
         return self.obligations[lo:hi]
 
+    def unresolved_in(self, start: int, end: int) -> list[Tracked]:
+        """Obligations arising in messages ``start..end-1`` whose resolution is not among
+        them (never resolved, or resolved at or after `end`), in order; once per span."""
+
+        def compute() -> list[Tracked]:
+            return [
+                o
+                for o in self.obligations_opened_in(start, end)
+                if o.resolved is None or o.resolved >= end
+            ]
+
+        return self.span_memo(("unresolved", start, end), compute)
+
     def negatives_in(self, start: int, end: int) -> list[Negative]:
         """Negative results in messages ``start..end-1``."""
         lo = bisect.bisect_left(self.negative_at, start)
@@ -244,10 +274,10 @@ class Analysis:
         if after.turns is None and (after.seconds is None or self.ledger is None):
             return tracked
         ages = self._ledger_ages()
-        out: list[Tracked] = []
-        for o in tracked:
-            if o.resolved is not None or o.kind in ("atomic_unit", "tool_result"):
-                out.append(o)
+        out = list(tracked)
+        for position in _unresolved_positions(out):
+            o = out[position]
+            if o.kind in ("atomic_unit", "tool_result"):
                 continue
             stale_at: int | None = None
             reason = ""
@@ -265,13 +295,10 @@ class Analysis:
             ):
                 reason = f"open for {age:.0f} s (stale after {after.seconds:g} s)"
             if not reason:
-                out.append(o)
                 continue
             self.stale[(o.kind, o.id, o.opened)] = reason
             if o.kind in ("retry", "commitment") and stale_at is not None:
-                out.append(replace(o, resolved=stale_at, status="stale"))
-            else:
-                out.append(o)
+                out[position] = replace(o, resolved=stale_at, status="stale")
         return out
 
     def _ledger_ages(self) -> dict[tuple[str, str], float]:

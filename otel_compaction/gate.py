@@ -383,9 +383,18 @@ def _extension(analysis: Analysis, start: int, end: int, addressable: bool, crit
     # asked is safe, so the limit gives way.
     limit = len(analysis.transcript) if critical else end + analysis.policy.extension_limit
     target = end
-    obligations = analysis.obligations
     blocking = analysis.blocking_rules(addressable)
-    i = analysis.obligations_index(start)
+    # Only what the span leaves unresolved at `end` moves the target; then what arises in
+    # the messages the extension takes in.
+    for tracked in analysis.unresolved_in(start, end):
+        if tracked.rule in blocking:
+            if tracked.resolved is None:
+                return end
+            target = max(target, tracked.resolved + 1)
+    if target > limit:
+        return end
+    obligations = analysis.obligations
+    i = analysis.obligations_index(end)
     while i < len(obligations) and obligations[i].opened < target:
         tracked = obligations[i]
         i += 1

@@ -149,10 +149,6 @@ class Rule:
     scan: Scan | None = None
 
 
-def _closed_within(tracked: Tracked, end: int) -> bool:
-    return tracked.resolved is not None and tracked.resolved < end
-
-
 def _detail(tracked: Tracked, what: str, end: int) -> str:
     if tracked.resolved is None:
         return f"{what} {tracked.name!r} ({tracked.id}) is never resolved"
@@ -166,8 +162,8 @@ def unclosed(view: SpanView, rule: str, what: str, ledger_kind: str | None = Non
     """Obligations of `rule` arising in the span whose resolution is not in the span, and
     those of `ledger_kind` that only the ledger knows (no place in the transcript)."""
     out: list[Finding] = []
-    for tracked in view.analysis.obligations_opened_in(view.start, view.end):
-        if tracked.rule != rule or _closed_within(tracked, view.end):
+    for tracked in view.analysis.unresolved_in(view.start, view.end):
+        if tracked.rule != rule:
             continue
         out.append(
             Finding(

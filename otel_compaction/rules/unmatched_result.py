@@ -17,29 +17,38 @@ if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
 
 
+class _Unmatched:
+    __slots__ = ("answered", "found", "upto")
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.answered: set[str] = set()
+        self.found: list[Tracked] = []
+
+
 def scan(analysis: Analysis) -> list[Tracked]:
     """Every result paired with no call, telling duplicates from results with no call."""
-    answered: set[str] = set()
-    out: list[Tracked] = []
-    transcript = analysis.transcript
-    for result in transcript.results:
+    results = analysis.transcript.results
+    fold = analysis.scans.fold("unmatched_result", _Unmatched, len(results))
+    for result in results[fold.upto :]:
         if result.call is not None:
-            answered.add(result.call_id)
+            fold.answered.add(result.call_id)
             continue
-        name = "duplicate result" if result.call_id in answered else "result without a call"
-        out.append(
+        name = "duplicate result" if result.call_id in fold.answered else "result without a call"
+        fold.found.append(
             Tracked(
                 "unmatched_result", "tool_result", result.call_id, name, result.message_index,
                 None,
             )
         )  # fmt: skip
-    return out
+    fold.upto = len(results)
+    return fold.found.copy()
 
 
 def check(view: SpanView) -> list[Finding]:
     """Unmatched results in the span not yet absorbed."""
     out: list[Finding] = []
-    for tracked in view.analysis.obligations_opened_in(view.start, view.end):
+    for tracked in view.analysis.unresolved_in(view.start, view.end):
         if tracked.rule != "unmatched_result" or tracked.resolved is not None:
             continue
         what = (
