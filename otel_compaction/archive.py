@@ -150,11 +150,13 @@ def default_archive_path() -> Path:
     return Path(os.environ.get(ARCHIVE_ENV) or DEFAULT_ARCHIVE_PATH)
 
 
-def canonical_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
+def canonical_bytes(messages: Sequence[Mapping[str, Any]], *, from_json: bool = False) -> bytes:
     """Serialize messages the way the archive stores them: compact JSON, UTF-8, keys in order.
 
     Raises `ArchiveError` naming the offending position when a value would not come back
     equal from JSON: a non-string dict key, NaN or infinity, or a type JSON does not have.
+    `from_json` says the messages were decoded from JSON (a session log), so no key can be
+    anything but a string: the walk that names a position only runs when serializing fails.
     """
     if isinstance(messages, (str, bytes, bytearray, Mapping)) or not isinstance(messages, Sequence):
         raise ArchiveError(f"expected a list of messages, got {type(messages).__name__}")
@@ -163,7 +165,8 @@ def canonical_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
             raise ArchiveError(
                 f"messages[{index}]: expected a message object, got {type(message).__name__}"
             )
-    _check_json(messages)
+    if not from_json:
+        _check_json(messages)
     try:
         text = json.dumps(
             list(messages),
@@ -173,6 +176,8 @@ def canonical_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
             default=_mapping_as_dict,
         )
     except (TypeError, ValueError, RecursionError) as exc:
+        if from_json:
+            _check_json(messages)  # names the position
         raise ArchiveError(f"messages cannot be serialized as JSON: {exc}") from None
     try:
         return text.encode("utf-8")
@@ -441,6 +446,7 @@ class Archive:
         conversation_id: str | None = None,
         policy: str | None = None,
         summary: str | None = None,
+        from_json: bool = False,
     ) -> ArchivedSpan:
         """Store a span's messages verbatim and return its record; one transaction.
 
@@ -452,6 +458,7 @@ class Archive:
             conversation_id: the conversation (``gen_ai.conversation.id``) it came from.
             policy: name of the policy that allowed the compaction.
             summary: the summary that replaced the span (see also `attach_summary`).
+            from_json: the messages were decoded from JSON (see `canonical_bytes`).
 
         Storing bytes already stored returns the existing record, metadata unchanged.
         Raises `ArchiveError` for an empty span, data JSON cannot carry exactly, or bytes
@@ -461,7 +468,7 @@ class Archive:
             data = bytes(messages)
             count = len(_decode(data))
         else:
-            data = canonical_bytes(messages)
+            data = canonical_bytes(messages, from_json=from_json)
             count = len(messages)
         if count == 0:
             raise ArchiveError("nothing to archive: the span has no messages", path=self._path)

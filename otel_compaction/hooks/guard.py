@@ -153,7 +153,12 @@ class Guard:
         if not pre.refused and archive:
             carry.archive_handle = (
                 self.archive()
-                .put(messages, conversation_id=session.session_id, policy=self.gate.policy.name)
+                .put(
+                    messages,
+                    conversation_id=session.session_id,
+                    policy=self.gate.policy.name,
+                    from_json=True,
+                )
                 .handle
             )
         if record:
