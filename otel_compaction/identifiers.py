@@ -17,11 +17,21 @@ from typing import Final
 
 from otel_compaction.patterns import Scan
 
-__all__ = ["candidates", "canonical", "find_identifiers", "is_path", "same_identifier"]
+__all__ = [
+    "MAX_LENGTH",
+    "candidates",
+    "canonical",
+    "find_identifiers",
+    "is_path",
+    "same_identifier",
+]
 
 # Only from the start of a run (the lookbehind), so a run without a digit, @, / or - costs one
 # pass over it and the whole scan stays linear in the text.
 _RUN: Final = re.compile(r"(?<![\w.+@/~#-])[\w.+@/~#-]*[\d@/-][\w.+@/~#-]*")
+MAX_LENGTH: Final = 256
+"""The longest value taken for an identifier: a longer run (an encoded blob, a generated path)
+is nothing a summary restates, and the archive handle covers it."""
 # Punctuation that ends a sentence or closes a quotation around a value, never part of it.
 _TRAILING: Final = ".,;:!?'\"`)]}>"
 _LEADING: Final = "'\"`([{<#"
@@ -56,6 +66,8 @@ def find_identifiers(
     dates, codes and ids many times over)."""
     fullmatch = shapes.fullmatch
     for value in candidates(text):
+        if len(value) > MAX_LENGTH:
+            continue
         verdict = known.get(value) if known is not None else None
         if verdict is None:
             verdict = fullmatch(value) is not None
