@@ -11,28 +11,16 @@ a plain message of the same length for scale. The exit status is 0: this is a re
 
 from __future__ import annotations
 
-import base64
-import os
 import sys
 import tempfile
 from pathlib import Path
 from time import perf_counter
-from typing import Any
 
 from otel_compaction import CompactionGate, Policy
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-def conversation(text: str) -> list[dict[str, Any]]:
-    """A call, its result, and replies, all carrying `text`."""
-    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
-    return [
-        {"role": "user", "content": "go"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": text},
-        {"role": "assistant", "content": text},
-        {"role": "user", "content": "next " + text[:2000]},
-        {"role": "assistant", "content": "ok"},
-    ]
+from worst_cases import CATASTROPHIC, WORST_CASES, conversation, user_policy_yaml
 
 
 def seconds(gate: CompactionGate, text: str) -> float:
@@ -44,19 +32,13 @@ def seconds(gate: CompactionGate, text: str) -> float:
 
 def user_policy(directory: Path, pattern: str) -> Policy:
     path = directory / "policy.yaml"
-    path.write_text(f"patterns:\n  null_result:\n    patterns: ['{pattern}']\n", encoding="utf-8")
+    path.write_text(user_policy_yaml(pattern), encoding="utf-8")
     return Policy.load(path)
 
 
 def main() -> int:
     default = CompactionGate("default", incremental=False)
-    cases = {
-        "80 KB of 'a.'": "a." * 40_000,
-        "80 KB of 'a.' then '@'": "a." * 40_000 + "@",
-        "400 KB base64url blob": base64.urlsafe_b64encode(os.urandom(300_000)).decode(),
-        "a path of 40,000 parts": "a/" * 40_000,
-        "80 KB non-ASCII": "é." * 40_000,
-    }
+    cases = WORST_CASES
     print("Worst-case inputs, one evaluation each (default policy)\n")
     print(f"  {'input':<34}{'seconds':>9}{'plain text, same length':>26}")
     for name, text in cases.items():
@@ -64,14 +46,12 @@ def main() -> int:
         print(f"  {name:<34}{seconds(default, text):>9.3f}{seconds(default, plain):>26.3f}")
     with tempfile.TemporaryDirectory() as directory:
         print("\nA catastrophic user pattern (Python's re backtracks for minutes on these)\n")
-        for pattern, text, engine in (
-            ("(a+)+$", "a" * 40 + "!", "RE2"),
-            ("(a|aa)+(?=b)\\\\1", "a" * 60 + "c", "bounded scan"),
-        ):
+        for pattern, text, engine in CATASTROPHIC:
             policy = user_policy(Path(directory), pattern)
             gate = CompactionGate(policy, incremental=False)
             shown = pattern.replace("\\\\", "\\")
-            print(f"  {shown:<22} on {len(text)} chars ({engine}): {seconds(gate, text):.3f} s")
+            took = seconds(gate, text)
+            print(f"  {shown:<22} on {len(text)} chars ({engine}): {took:.3f} s")
     return 0
 
 

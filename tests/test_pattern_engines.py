@@ -3,15 +3,14 @@ input and no user pattern can hang the gate; both engines read a pattern as Pyth
 
 from __future__ import annotations
 
-import base64
 import logging
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from worst_cases import WORST_CASES, conversation, user_policy_yaml
 
 from otel_compaction import CompactionGate, Policy, verify_summary
 from otel_compaction.patterns import MATCH_TIMEOUT, MAX_TIMEOUTS, Scan, compile_patterns
@@ -28,32 +27,6 @@ def finishes(work: Callable[[], Any]) -> Any:
     thread.join(HANG)
     assert not thread.is_alive(), f"still running after {HANG:.0f} s"
     return box[0]
-
-
-def conversation(text: str) -> list[dict[str, Any]]:
-    return [
-        {"role": "user", "content": "go"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": text},
-        {"role": "assistant", "content": text},
-        {"role": "user", "content": "next " + text[:2000]},
-        {"role": "assistant", "content": "ok"},
-    ]
-
-
-WORST_CASES = {
-    "e-mail shape, 80 KB of 'a.'": "a." * 40_000,
-    "e-mail shape with an @ at the end": "a." * 40_000 + "@",
-    "base64url blob, 400 KB": base64.urlsafe_b64encode(os.urandom(300_000)).decode(),
-    "one path of 40,000 parts": "a/" * 40_000,
-    "non-ASCII, 80 KB": "é." * 40_000,
-}
 
 
 @pytest.mark.parametrize("name", list(WORST_CASES))
@@ -77,7 +50,7 @@ def test_worst_case_inputs_complete_under_every_builtin_policy(
 
 def write_policy(tmp_path: Path, pattern: str) -> Policy:
     path = tmp_path / "policy.yaml"
-    path.write_text(f"patterns:\n  null_result:\n    patterns: ['{pattern}']\n", encoding="utf-8")
+    path.write_text(user_policy_yaml(pattern), encoding="utf-8")
     return Policy.load(path)
 
 
