@@ -24,9 +24,9 @@ from __future__ import annotations
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from otel_compaction.analysis import Analysis
 from otel_compaction.ledger import LedgerSnapshot
@@ -34,7 +34,9 @@ from otel_compaction.policy import Policy
 from otel_compaction.scans import MessageScans
 from otel_compaction.transcript import Transcript, TranscriptBuilder
 
-__all__ = ["DEFAULT_MAX_CONVERSATIONS", "AnalysisCache", "CacheStats"]
+__all__ = ["DEFAULT_MAX_CONVERSATIONS", "AnalysisCache", "CacheStats", "TranscriptCache"]
+
+_T = TypeVar("_T")
 
 DEFAULT_MAX_CONVERSATIONS = 1_024
 """Conversations kept when the gate has no ledger to take the bound from."""
@@ -53,12 +55,20 @@ class CacheStats:
 
 @dataclass(slots=True)
 class _Conversation:
-    policy: Policy
-    builder: TranscriptBuilder
-    scans: MessageScans
+    policy: Policy | None
+    builder: TranscriptBuilder = field(default_factory=TranscriptBuilder)
+    scans: MessageScans | None = None
     seen: list[Any] = field(default_factory=list)
     last: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reset(self, policy: Policy | None) -> None:
+        """Start over from the first message (under `lock`)."""
+        self.policy = policy
+        self.builder = TranscriptBuilder()
+        self.scans = MessageScans(policy) if policy is not None else None
+        self.seen = []
+        self.last = ""
 
 
 def _content(message: Any) -> str:
@@ -66,19 +76,17 @@ def _content(message: Any) -> str:
     return repr(message)
 
 
-class AnalysisCache:
-    """Per-conversation incremental analysis, least recently used evicted.
+class TranscriptCache:
+    """Per-conversation incremental parsing, least recently used evicted.
 
     Example:
-        >>> from otel_compaction import Policy
-        >>> cache = AnalysisCache()
-        >>> policy = Policy.load("default")
-        >>> messages = [{"role": "user", "content": "book ZFA04Y"}]
-        >>> first = cache.analyse(messages, policy, key="c1")
-        >>> messages.append({"role": "assistant", "content": "Booked ZFA04Y."})
-        >>> second = cache.analyse(messages, policy, key="c1")
-        >>> len(second.transcript), cache.stats.extended, cache.stats.built
-        (2, 1, 1)
+        >>> cache = TranscriptCache()
+        >>> messages = [{"role": "user", "content": "hi"}]
+        >>> len(cache.parse(messages, key="c1"))
+        1
+        >>> messages.append({"role": "assistant", "content": "hello"})
+        >>> len(cache.parse(messages, key="c1")), cache.stats.extended
+        (2, 1)
     """
 
     def __init__(self, max_conversations: int = DEFAULT_MAX_CONVERSATIONS) -> None:
@@ -103,6 +111,71 @@ class AnalysisCache:
         with self._lock:
             self._conversations.clear()
 
+    def parse(self, messages: Sequence[Mapping[str, Any]], *, key: Any = None) -> Transcript:
+        """The transcript of `messages`, parsing only what was appended since conversation
+        `key` was last parsed.
+
+        Raises:
+            TranscriptError: a message is malformed (the conversation starts over next time).
+        """
+        return self._with(messages, key, None, lambda transcript, _: transcript)
+
+    def _with(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        key: Any,
+        policy: Policy | None,
+        then: Callable[[Transcript, _Conversation], _T],
+    ) -> _T:
+        """`then(transcript, state)` under the conversation's lock, its transcript brought up
+        to date with `messages`."""
+        listed = messages if isinstance(messages, list) else list(messages)
+        state = self._state(key, policy)
+        with state.lock:
+            start = _reusable(state, listed, policy)
+            if start is None:
+                state.reset(policy)
+                start = 0
+                self.stats.built += 1
+            else:
+                self.stats.extended += 1
+            try:
+                state.builder.feed(listed, start)
+            except Exception:
+                state.reset(policy)  # nothing half-fed is kept
+                raise
+            state.seen = listed.copy()
+            state.last = _content(listed[-1]) if listed else ""
+            return then(state.builder.transcript(listed), state)
+
+    def _state(self, key: Any, policy: Policy | None) -> _Conversation:
+        with self._lock:
+            state = self._conversations.get(key)
+            if state is None:
+                state = self._conversations[key] = _Conversation(policy)
+                while len(self._conversations) > self.max_conversations:
+                    self._conversations.popitem(last=False)
+                    self.stats.evicted += 1
+            else:
+                self._conversations.move_to_end(key)
+            return state
+
+
+class AnalysisCache(TranscriptCache):
+    """Per-conversation incremental analysis, least recently used evicted.
+
+    Example:
+        >>> from otel_compaction import Policy
+        >>> cache = AnalysisCache()
+        >>> policy = Policy.load("default")
+        >>> messages = [{"role": "user", "content": "book ZFA04Y"}]
+        >>> first = cache.analyse(messages, policy, key="c1")
+        >>> messages.append({"role": "assistant", "content": "Booked ZFA04Y."})
+        >>> second = cache.analyse(messages, policy, key="c1")
+        >>> len(second.transcript), cache.stats.extended, cache.stats.built
+        (2, 1, 1)
+    """
+
     def analyse(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -115,65 +188,31 @@ class AnalysisCache:
         parsed and scanned for conversation `key` when `messages` only grew since.
 
         Raises:
-            TranscriptError: a message is malformed (the conversation's state is dropped).
+            TranscriptError: a message is malformed (the conversation starts over next time).
         """
         if isinstance(messages, (str, bytes, Mapping)):
             return Analysis.build(Transcript.parse(messages), policy, ledger)
-        messages = messages if isinstance(messages, list) else list(messages)
-        state = self._state(key, policy)
-        with state.lock:
-            start = self._reusable(state, messages, policy)
-            if start is None:
-                state = self._fresh(key, policy)
-                start = 0
-                self.stats.built += 1
-            else:
-                self.stats.extended += 1
-            try:
-                state.builder.feed(messages, start)
-            except Exception:
-                self.forget(key)
-                raise
-            state.seen = messages.copy()
-            state.last = _content(messages[-1]) if messages else ""
-            transcript = state.builder.transcript(messages)
+
+        def build(transcript: Transcript, state: _Conversation) -> Analysis:
             return Analysis.build(transcript, policy, ledger, state.scans)
 
-    # -- state -------------------------------------------------------------------------------
+        return self._with(messages, key, policy, build)
 
-    def _state(self, key: Any, policy: Policy) -> _Conversation:
-        with self._lock:
-            state = self._conversations.get(key)
-            if state is not None:
-                self._conversations.move_to_end(key)
-                return state
-        return self._fresh(key, policy)
 
-    def _fresh(self, key: Any, policy: Policy) -> _Conversation:
-        state = _Conversation(policy, TranscriptBuilder(), MessageScans(policy))
-        with self._lock:
-            self._conversations[key] = state
-            self._conversations.move_to_end(key)
-            while len(self._conversations) > self.max_conversations:
-                self._conversations.popitem(last=False)
-                self.stats.evicted += 1
-        return state
-
-    @staticmethod
-    def _reusable(state: _Conversation, messages: list[Any], policy: Policy) -> int | None:
-        """How many leading messages are the ones already analysed (None: rebuild)."""
-        seen = state.seen
-        count = len(seen)
-        if state.policy is not policy or len(state.builder) != count:
-            return None
-        if count == 0 or len(messages) < count:
-            return None
-        # Rebuilt objects (a framework converting its messages on every call) carry over when
-        # they are equal to the ones seen.
-        if not all(map(operator.is_, messages[:count], seen)) and any(
-            a is not b and a != b for a, b in zip(messages, seen, strict=False)
-        ):
-            return None
-        if _content(messages[count - 1]) != state.last:
-            return None  # the last message was still being written
-        return count
+def _reusable(state: _Conversation, messages: list[Any], policy: Policy | None) -> int | None:
+    """How many leading messages are the ones already parsed (None: start over)."""
+    seen = state.seen
+    count = len(seen)
+    if state.policy is not policy or len(state.builder) != count:
+        return None
+    if count == 0 or len(messages) < count:
+        return None
+    # Rebuilt objects (a framework converting its messages on every call) carry over when
+    # they are equal to the ones seen.
+    if not all(map(operator.is_, messages[:count], seen)) and any(
+        a is not b and a != b for a, b in zip(messages, seen, strict=False)
+    ):
+        return None
+    if _content(messages[count - 1]) != state.last:
+        return None  # the last message was still being written
+    return count

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_compaction.errors import TranscriptError
+from otel_compaction.incremental import TranscriptCache
 from otel_compaction.instrumentation.detection import EmittedCall
 from otel_compaction.transcript import Transcript
 
@@ -107,11 +108,26 @@ def plain_messages(messages: Any, *, instructions: Any = None) -> list[Mapping[s
     return out
 
 
-def parse_transcript(messages: Sequence[Mapping[str, Any]] | None) -> Transcript | None:
+def opening(messages: Sequence[Mapping[str, Any]]) -> str:
+    """What a conversation's requests share from the first on: its first two messages (the
+    instructions and the first user turn), as the key of its incremental parse. Two
+    conversations that open alike share the key; the parse notices and starts over."""
+    return repr(messages[:2])
+
+
+def parse_transcript(
+    messages: Sequence[Mapping[str, Any]] | None, cache: TranscriptCache | None = None
+) -> Transcript | None:
     """The transcript of `messages`, with unreadable messages replaced by placeholders; None
-    when too many are unreadable."""
+    when too many are unreadable. With `cache`, a request that repeats an earlier request of
+    its conversation and appends to it costs only the appended messages."""
     if messages is None:
         return None
+    if cache is not None:
+        try:
+            return cache.parse(messages, key=opening(messages))
+        except TranscriptError:
+            pass  # read again below, unreadable messages replaced
     working: list[Mapping[str, Any]] | None = None
     for _ in range(_MAX_REPAIRS):
         try:

@@ -30,6 +30,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from otel_compaction import semconv
+from otel_compaction.incremental import TranscriptCache
 from otel_compaction.instrumentation._requests import (
     ModelRequest,
     ModelResponse,
@@ -243,6 +244,8 @@ class Runtime:
         self.tracer = package_tracer(telemetry.tracer_provider)
         self.active = True
         self.conversations = ConversationIndex()
+        self.transcripts = TranscriptCache(self.ledger.max_conversations)
+        """Each conversation's parse, kept between its requests."""
         self._states: OrderedDict[str, ConversationState] = OrderedDict()
         self.states_lock = threading.Lock()
         self._handles: dict[tuple[str, str], list[ToolCallHandle]] = {}
@@ -259,7 +262,7 @@ class Runtime:
             return Exchange()
 
     def _begin(self, request: ModelRequest) -> Exchange:
-        transcript = parse_transcript(request.messages)
+        transcript = parse_transcript(request.messages, self.transcripts)
         identity = self.conversations.identify(
             request.messages,
             transcript,
