@@ -204,6 +204,76 @@ def _measure(telemetry: Telemetry, rounds: int, per_batch: int) -> dict[str, flo
     return best
 
 
+def _growing_batch(server: FakeLLMServer, client: Any, base: list[Any], count: int) -> float:
+    """Seconds per request of `count` Chat Completions requests of one conversation that
+    starts from `base` and appends a call and its result before each request."""
+    workload = _Workload(server, "chat", False, False)
+    messages = list(base)
+    start_turn = len(base)
+    workload.script(range(count))
+    gc.collect()
+    started = perf_counter()
+    for n in range(count):
+        messages += workload._pair(start_turn + n)
+        client.chat.completions.create(model=MODEL, messages=messages)
+    return (perf_counter() - started) / count
+
+
+def _growing(
+    telemetry: Telemetry, sizes: Sequence[int], rounds: int, per_batch: int
+) -> dict[int, tuple[float, float]]:
+    """For each history size, the best seconds per request plain and instrumented."""
+    instrumentor = CompactionInstrumentor()
+    best: dict[str, float] = {}
+    fake_llm_server._Handler.disable_nagle_algorithm = True
+    with FakeLLMServer() as server:
+        client = _client(server, "chat")
+        for number in each_round(rounds):
+            for size in sizes:
+                # A conversation of its own each batch (its first request is parsed whole).
+                opening = f"{SYSTEM} (conversation {number}-{size})"
+                workload = _Workload(server, "chat", False, False)
+                base: list[Any] = [{"role": "system", "content": opening}]
+                base.append({"role": "user", "content": "Roll the config change out."})
+                pair = 0
+                while len(base) < size:
+                    base += workload._pair(10**6 + pair)
+                    pair += 1
+                keep_best(best, f"{size} plain", _growing_batch(server, client, base, per_batch))
+                base[0] = {"role": "system", "content": opening + " instrumented"}
+                instrumentor.instrument(telemetry=telemetry)
+                try:
+                    seconds = _growing_batch(server, client, base, per_batch)
+                finally:
+                    instrumentor.uninstrument()
+                keep_best(best, f"{size} instrumented", seconds)
+        client.close()
+    return {size: (best[f"{size} plain"], best[f"{size} instrumented"]) for size in sizes}
+
+
+def _report_growing(results: dict[int, tuple[float, float]], per_batch: int) -> None:
+    print(
+        f"\nA growing conversation (Chat Completions): {per_batch} requests from each history "
+        "size, each appending a call and its result"
+    )
+    header = f"{'history':>10}{'plain us':>10}{'instrumented us':>17}{'added us':>10}{'ratio':>8}"
+    print(f"{header}  aim <={RATIO_AIM:g}x")
+    for size, (plain, instrumented) in results.items():
+        ratio = instrumented / plain
+        added = (instrumented - plain) * 1e6
+        print(
+            f"{size:>10,}{plain * 1e6:>10.0f}{instrumented * 1e6:>17.0f}{added:>10.0f}"
+            f"{ratio:>7.3f}x  {verdict(ratio <= RATIO_AIM)}"
+        )
+    sizes = list(results)
+    first = results[sizes[0]][1] - results[sizes[0]][0]
+    last = results[sizes[-1]][1] - results[sizes[-1]][0]
+    print(
+        f"added cost at {sizes[-1]:,} vs {sizes[0]:,} messages: {last * 1e6:.0f} us vs "
+        f"{first * 1e6:.0f} us"
+    )
+
+
 def _report(best: dict[str, float], rounds: int, per_batch: int) -> None:
     print()
     print(
@@ -236,7 +306,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
     parser.add_argument("--requests", type=int, help="requests per batch (default 200, quick 40)")
     parser.add_argument("--rounds", type=int, help="rounds per measurement (default 7, quick 3)")
+    parser.add_argument(
+        "--history",
+        default="30,300,3000",
+        help="history sizes of the growing-conversation part (default 30,300,3000; '' skips)",
+    )
     args = parser.parse_args(argv)
+    sizes = [int(part) for part in args.history.split(",") if part.strip()]
     per_batch = args.requests or (40 if args.quick else 200)
     rounds = args.rounds or (3 if args.quick else 7)
 
@@ -246,12 +322,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     telemetry = configure(
         tracer_provider=tracer_provider, meter_provider=meter_provider, set_global=False
     )
+    growing: dict[int, tuple[float, float]] = {}
     try:
         best = _measure(telemetry, rounds, per_batch)
+        if sizes:
+            growing = _growing(telemetry, sizes, min(rounds, 3), max(10, per_batch // 4))
     finally:
         tracer_provider.shutdown()
         meter_provider.shutdown()
     _report(best, rounds, per_batch)
+    if growing:
+        _report_growing(growing, max(10, per_batch // 4))
     return 0
 
 
