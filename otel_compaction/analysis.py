@@ -223,9 +223,8 @@ class Analysis:
         `end`, atomic units and stray results aside."""
         return [
             o
-            for o in self.obligations_opened_in(start, end)
+            for o in self.unresolved_in(start, end)
             if o.kind not in ("atomic_unit", "tool_result")
-            and (o.resolved is None or o.resolved >= end)
         ]
 
     def turns_between(self, first: int, last: int) -> int:

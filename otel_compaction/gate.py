@@ -488,9 +488,11 @@ def must_carry(
     ]
     pending += [f.obligation for f in carried if f.rule == "stale_obligation" and f.obligation]
     pending += [ObligationRef(r.kind, r.id, None, r.name) for r in analysis.ledger_only]
+    # Only the ledger records an obligation abandoned.
+    recorded = analysis.ledger is not None and bool(analysis.ledger.obligations)
     abandoned = tuple(
         ObligationRef(o.kind, o.id, o.opened, o.name)
-        for o in analysis.obligations
+        for o in (analysis.obligations if recorded else ())
         if o.status == "abandoned"
     )
     return MustCarry(identifiers, negatives, tuple(dict.fromkeys(pending)), abandoned, left_out)
