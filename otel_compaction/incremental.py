@@ -129,6 +129,8 @@ class TranscriptCache:
     ) -> _T:
         """`then(transcript, state)` under the conversation's lock, its transcript brought up
         to date with `messages`."""
+        if isinstance(messages, (str, bytes, Mapping)):
+            Transcript.parse(messages)  # raises the error that names what is wrong
         listed = messages if isinstance(messages, list) else list(messages)
         state = self._state(key, policy)
         with state.lock:
@@ -190,8 +192,6 @@ class AnalysisCache(TranscriptCache):
         Raises:
             TranscriptError: a message is malformed (the conversation starts over next time).
         """
-        if isinstance(messages, (str, bytes, Mapping)):
-            return Analysis.build(Transcript.parse(messages), policy, ledger)
 
         def build(transcript: Transcript, state: _Conversation) -> Analysis:
             return Analysis.build(transcript, policy, ledger, state.scans)

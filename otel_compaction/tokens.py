@@ -136,9 +136,11 @@ class MessageTokens:
         keep = len(seen) - 1  # the last message seen is counted again: it may have grown
         if keep < 0 or len(messages) <= keep or not all(map(operator.is_, messages[:keep], seen)):
             keep = 0
+        self._sum -= sum(self._counts[keep:])
         del seen[keep:]
         del self._counts[keep:]
         for message in messages[keep:]:
             seen.append(message)
-            self._counts.append(self.count(message))
-        self._sum = sum(self._counts)
+            count = self.count(message)
+            self._counts.append(count)
+            self._sum += count
