@@ -215,8 +215,12 @@ class Analysis:
 
     def negatives_in(self, start: int, end: int) -> list[Negative]:
         """Negative results in messages ``start..end-1``."""
+        return self.negatives[slice(*self.negatives_between(start, end))]
+
+    def negatives_between(self, start: int, end: int) -> tuple[int, int]:
+        """Where in `negatives` those of messages ``start..end-1`` begin and end."""
         lo = bisect.bisect_left(self.negative_at, start)
-        return self.negatives[lo : bisect.bisect_left(self.negative_at, end)]
+        return lo, bisect.bisect_left(self.negative_at, end, lo)
 
     def pending_at(self, start: int, end: int) -> list[Tracked]:
         """Obligations arising before `end` (and not before `start`) still open at the cut

@@ -21,7 +21,6 @@ conversation, so different conversations are analysed in parallel.
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -209,9 +208,8 @@ def _reusable(state: _Conversation, messages: list[Any], policy: Policy | None) 
         return None
     # Rebuilt objects (a framework converting its messages on every call) carry over when
     # they are equal to the ones seen.
-    if not all(map(operator.is_, messages[:count], seen)) and any(
-        a is not b and a != b for a, b in zip(messages, seen, strict=False)
-    ):
+    # One comparison in C: identical objects compare equal without being looked into.
+    if messages[:count] != seen:
         return None
     if _content(messages[count - 1]) != state.last:
         return None  # the last message was still being written

@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import math
-import operator
 import os
 import tempfile
 import threading
@@ -134,7 +133,7 @@ class MessageTokens:
     def _update(self, messages: Sequence[Mapping[str, Any]]) -> None:
         seen = self._seen
         keep = len(seen) - 1  # the last message seen is counted again: it may have grown
-        if keep < 0 or len(messages) <= keep or not all(map(operator.is_, messages[:keep], seen)):
+        if keep < 0 or len(messages) <= keep or messages[:keep] != seen[:keep]:
             keep = 0
         self._sum -= sum(self._counts[keep:])
         del seen[keep:]

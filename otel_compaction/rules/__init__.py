@@ -52,7 +52,9 @@ def run_rules(view: SpanView) -> list[Finding]:
                 "warn" if found.message_index is None and severity == "block" else severity
             )
             out.append(
-                Finding(found.rule, found.message_index, found.detail, level, found.obligation)
+                found
+                if found.severity == level
+                else Finding(found.rule, found.message_index, found.detail, level, found.obligation)
             )
     out.sort(key=lambda f: f.message_index if f.message_index is not None else -1)
     return out

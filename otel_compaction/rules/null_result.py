@@ -56,14 +56,22 @@ def _excerpt(analysis: Analysis, head: str) -> str:
 
 def check(view: SpanView) -> list[Finding]:
     """Negative results in the span."""
-    return [
-        Finding(
-            "null_result", n.message_index,
-            f"{n.tool or 'tool'} ({n.call_id}) returned a negative result: {n.text}",
-            obligation=ObligationRef("negative_result", n.call_id, n.message_index, n.tool),
-        )
-        for n in view.analysis.negatives_in(view.start, view.end)
-    ]  # fmt: skip
+    analysis = view.analysis
+    severity = analysis.policy.severity("null_result", addressable=view.addressable)
+
+    def finding(n: Negative) -> tuple[Finding]:
+        return (
+            Finding(
+                "null_result", n.message_index,
+                f"{n.tool or 'tool'} ({n.call_id}) returned a negative result: {n.text}",
+                severity,
+                ObligationRef("negative_result", n.call_id, n.message_index, n.tool),
+            ),
+        )  # fmt: skip
+
+    # One finding per negative while the conversation grows, at the policy's severity.
+    found = analysis.scans.appended(f"null_result findings {severity}", analysis.negatives, finding)
+    return found[slice(*analysis.negatives_between(view.start, view.end))]
 
 
 RULE = Rule(

@@ -12,6 +12,7 @@ part uses each one and capped at ``max_identifiers``, the archive handle coverin
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,13 +35,17 @@ class Bindings:
     at: list[list[int]] = field(default_factory=list)
     refers: list[list[bool]] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
+    last: list[int] = field(default_factory=list)
+    """The last appearance of each value in this transcript."""
 
 
 class _Table:
     """The conversation's identifier appearances, folded one message at a time, in order of
     first appearance (ties by value): a transcript that grew only folds its new messages."""
 
-    __slots__ = ("at", "first", "paths", "position", "refers", "upto", "values")
+    __slots__ = (
+        "at", "first", "last", "position", "refers", "relative", "tails", "upto", "values",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.upto = 0
@@ -49,12 +54,14 @@ class _Table:
         self.first: list[int] = []
         self.at: list[list[int]] = []
         self.refers: list[list[bool]] = []
-        self.paths: list[int] = []  # positions of the values that are paths
+        self.last: list[int] = []
+        self.relative: list[int] = []  # positions of the relative paths
+        self.tails: dict[str, list[int]] = {}  # each tail of an absolute path: its positions
 
     def extend(self, analysis: Analysis) -> None:
         transcript = analysis.transcript
         identifiers = analysis.scans.identifiers
-        position, at, refers = self.position, self.at, self.refers
+        position, at, refers, last = self.position, self.at, self.refers, self.last
         for entry in transcript.entries[self.upto :]:
             new: list[tuple[str, bool]] = []
             for value, refer in identifiers(transcript, entry):
@@ -64,23 +71,33 @@ class _Table:
                 else:
                     at[where].append(entry.index)
                     refers[where].append(refer)
+                    last[where] = entry.index
             for value, refer in sorted(new):
                 position[value] = len(self.values)
                 if is_path(value):
-                    self.paths.append(len(self.values))
+                    self._add_path(value, len(self.values))
                 self.values.append(value)
                 self.first.append(entry.index)
                 at.append([entry.index])
                 refers.append([refer])
+                last.append(entry.index)
         self.upto = len(transcript)
+
+    def _add_path(self, value: str, at: int) -> None:
+        if not value.startswith(("/", "~")):
+            self.relative.append(at)
+            return
+        parts = value.split("/")
+        for cut in range(1, len(parts) - 1):
+            self.tails.setdefault("/".join(parts[cut:]), []).append(at)
 
     def bindings(self) -> Bindings:
         """This transcript's bindings, relative paths folded into their absolute paths."""
         bindings = Bindings(
             self.values.copy(), self.first.copy(), self.at.copy(), self.refers.copy(),
-            list(map(len, self.at)),
+            list(map(len, self.at)), self.last.copy(),
         )  # fmt: skip
-        merged = _merge_relative_paths(bindings, self.paths)
+        merged = _merge_relative_paths(bindings, self.relative, self.tails)
         if not merged:
             return bindings
         # A merged path takes the first appearance of either form: order again.
@@ -91,7 +108,7 @@ class _Table:
         return Bindings(
             [bindings.values[i] for i in order], [bindings.first[i] for i in order],
             [bindings.at[i] for i in order], [bindings.refers[i] for i in order],
-            [bindings.lengths[i] for i in order],
+            [bindings.lengths[i] for i in order], [bindings.last[i] for i in order],
         )  # fmt: skip
 
 
@@ -104,25 +121,19 @@ def scan(analysis: Analysis) -> Bindings:
     return table.bindings()
 
 
-def _merge_relative_paths(bindings: Bindings, paths: list[int]) -> set[int]:
+def _merge_relative_paths(
+    bindings: Bindings, relative: list[int], tails: dict[str, list[int]]
+) -> set[int]:
     """Fold a relative path into the one absolute path it is the tail of (``src/a.py`` and
-    ``/home/dev/shop/src/a.py`` are one file), so that either form binds the other. Returns
-    the positions of the relative paths folded away."""
+    ``/home/dev/shop/src/a.py`` are one file), so that either form binds the other. `tails`
+    maps each tail of an absolute path to the positions of the absolute paths ending in it.
+    Returns the positions of the relative paths folded away."""
     values = bindings.values
-    tails: dict[str, list[int]] = {}
-    for at in paths:
-        value = values[at]
-        if value.startswith(("/", "~")):
-            parts = value.split("/")
-            for cut in range(1, len(parts) - 1):
-                tails.setdefault("/".join(parts[cut:]), []).append(at)
     folded: set[int] = set()
     if not tails:
         return folded
-    for at in paths:
+    for at in relative:
         value = values[at]
-        if value.startswith(("/", "~")):
-            continue
         targets = tails.get(value.lstrip("/"))
         if not targets or len(targets) != 1:
             continue  # not a tail of any absolute path, or ambiguous
@@ -143,6 +154,7 @@ def _merge_relative_paths(bindings: Bindings, paths: list[int]) -> set[int]:
         bindings.refers[target] = [r for _, r in ordered]
         bindings.lengths[target] = len(ordered)
         bindings.first[target] = ordered[0][0]
+        bindings.last[target] = ordered[-1][0]
         folded.add(at)
     return folded
 
@@ -158,7 +170,9 @@ def _owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int
     lo = bisect.bisect_left(bindings.first, start)
     hi = bisect.bisect_left(bindings.first, end)
     ranked: list[tuple[int, int, str, int]] = []
-    for position in range(lo, hi):
+    # Most values in the span never appear after it: only those that do are looked into.
+    seen_after = itertools.compress(range(lo, hi), map(end.__le__, bindings.last[lo:hi]))
+    for position in seen_after:
         at, refers = bindings.at[position], bindings.refers[position]
         length = bindings.lengths[position]
         after = bisect.bisect_left(at, end, 0, length)
@@ -172,17 +186,35 @@ def _owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int
     return chosen, len(ranked) - len(kept)
 
 
+class _Findings:
+    """The findings made so far in one conversation, by (value, first, use, severity): the
+    same owed identifier is reported again before every model call."""
+
+    __slots__ = ("made", "upto")
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.made: dict[tuple[str, int, int, str], Finding] = {}
+
+
 def check(view: SpanView) -> list[Finding]:
     """Identifiers first seen in the span that the retained part refers to."""
-    chosen, left_out = owed(view.analysis, view.start, view.end)
-    out = [
-        Finding(
-            "unresolved_reference", first,
-            f"{value!r} is first seen at message {first} and referred to at message {use}",
-            obligation=ObligationRef("reference", value, first),
-        )
-        for value, first, use in chosen
-    ]  # fmt: skip
+    analysis = view.analysis
+    chosen, left_out = owed(analysis, view.start, view.end)
+    severity = analysis.policy.severity("unresolved_reference", addressable=view.addressable)
+    made = analysis.scans.fold("unresolved_reference findings", _Findings, len(analysis.transcript))
+    made.upto = len(analysis.transcript)
+    out: list[Finding] = []
+    for value, first, use in chosen:
+        key = (value, first, use, severity)
+        finding = made.made.get(key)
+        if finding is None:
+            finding = made.made[key] = Finding(
+                "unresolved_reference", first,
+                f"{value!r} is first seen at message {first} and referred to at message {use}",
+                severity, ObligationRef("reference", value, first),
+            )  # fmt: skip
+        out.append(finding)
     if left_out:
         out.append(
             Finding(
