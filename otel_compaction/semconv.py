@@ -9,27 +9,32 @@ from __future__ import annotations
 
 from typing import Final
 
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
+from opentelemetry.semconv.attributes import error_attributes
+
 # -- instrumentation scope --------------------------------------------------------------------
 SCOPE: Final = "otel_compaction"
 
 # -- GenAI semantic conventions -----------------------------------------------------------------
-GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
-GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
-GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
-GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
-GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
-GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
-GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
-GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
-GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
-GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
-GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
-ERROR_TYPE: Final = "error.type"
+# Taken from `opentelemetry-semantic-conventions` (the incubating GenAI attributes), so that a
+# renamed convention shows up as an import error here and not as a silently wrong name.
+GEN_AI_OPERATION_NAME: Final = gen_ai_attributes.GEN_AI_OPERATION_NAME
+GEN_AI_TOOL_NAME: Final = gen_ai_attributes.GEN_AI_TOOL_NAME
+GEN_AI_TOOL_CALL_ID: Final = gen_ai_attributes.GEN_AI_TOOL_CALL_ID
+GEN_AI_TOOL_TYPE: Final = gen_ai_attributes.GEN_AI_TOOL_TYPE
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = gen_ai_attributes.GEN_AI_TOOL_CALL_ARGUMENTS
+GEN_AI_TOOL_CALL_RESULT: Final = gen_ai_attributes.GEN_AI_TOOL_CALL_RESULT
+GEN_AI_CONVERSATION_ID: Final = gen_ai_attributes.GEN_AI_CONVERSATION_ID
+GEN_AI_AGENT_NAME: Final = gen_ai_attributes.GEN_AI_AGENT_NAME
+GEN_AI_PROVIDER_NAME: Final = gen_ai_attributes.GEN_AI_PROVIDER_NAME
+GEN_AI_REQUEST_MODEL: Final = gen_ai_attributes.GEN_AI_REQUEST_MODEL
+GEN_AI_RESPONSE_ID: Final = gen_ai_attributes.GEN_AI_RESPONSE_ID
+ERROR_TYPE: Final = error_attributes.ERROR_TYPE
 
-EXECUTE_TOOL: Final = "execute_tool"
+EXECUTE_TOOL: Final = gen_ai_attributes.GenAiOperationNameValues.EXECUTE_TOOL.value
 """``gen_ai.operation.name`` of a tool execution; tool-call spans are ``execute_tool {tool}``."""
 
-CHAT: Final = "chat"
+CHAT: Final = gen_ai_attributes.GenAiOperationNameValues.CHAT.value
 """``gen_ai.operation.name`` of a model request (Chat Completions, Responses, Messages)."""
 
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
