@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, cast
 
 import yaml
 
@@ -21,9 +22,10 @@ from otel_compaction.analysis import Analysis
 from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH, Archive, ArchivedSpan
 from otel_compaction.errors import CompactionError, CompactionRefused
 from otel_compaction.gate import CompactionGate, Decision, finding_dict
+from otel_compaction.inputs import load_messages
 from otel_compaction.policy import BUILTIN_POLICIES, RULE_NAMES, Policy
 from otel_compaction.rules import RULES, Finding
-from otel_compaction.transcript import Transcript, load_messages
+from otel_compaction.transcript import Transcript
 
 __all__ = ["main"]
 
@@ -197,9 +199,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """`text` safe to show on a terminal: control characters (but newlines and tabs) and
+    lone surrogates written as escapes (``\\x1b``, ``\\ud800``), so that input echoed in a
+    finding or an error can neither drive the terminal nor fail to encode."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+class _Printable:
+    """A text stream that writes `printable` text to the one it wraps."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(printable(text))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Run the command line; return the exit status."""
-    out = stdout or sys.stdout
+    out = cast("TextIO", _Printable(stdout or sys.stdout))
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # argparse has printed its message
@@ -217,12 +245,12 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             return _hook(args, out)
         return _policy(args, out)
     except CompactionError as exc:
-        print(f"otel-compaction: error: {exc}", file=sys.stderr)
+        print(f"otel-compaction: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_INPUT
     except RecursionError:
         path = getattr(args, "path", None)
         where = "<stdin>" if path == "-" else path or "input"
-        print(f"otel-compaction: error: {where}: nested too deeply", file=sys.stderr)
+        print(f"otel-compaction: error: {printable(where)}: nested too deeply", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:  # the reader went away (| head); nothing left to say
         sys.stderr.close()
@@ -243,13 +271,18 @@ def _audit(args: argparse.Namespace, out: TextIO) -> int:
     audits = []
     for number, path in enumerate(files, start=1):
         if progress:
-            print(f"\r[{number}/{len(files)}] {path}"[:120], end="", file=sys.stderr, flush=True)
+            print(
+                printable(f"\r[{number}/{len(files)}] {path}"[:120]),
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
             session = read_session(path)
         except CompactionError as exc:
             if len(files) == 1:
                 raise
-            print(f"otel-compaction: skipped {exc}", file=sys.stderr)
+            print(f"otel-compaction: skipped {printable(str(exc))}", file=sys.stderr)
             continue
         audits.append(audit_session(session, policy))
     if progress:

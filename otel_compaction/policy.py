@@ -8,6 +8,7 @@ Regular expressions are compiled once, when the policy is loaded.
 
 from __future__ import annotations
 
+import threading
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -371,6 +372,16 @@ def _builtin_name(path: Path) -> str | None:
     return None
 
 
+class _Extending(threading.local):
+    """The policy files being loaded, outermost first, while ``extends`` is followed."""
+
+    def __init__(self) -> None:
+        self.chain: list[Path] = []
+
+
+_EXTENDING = _Extending()
+
+
 def _inherit(data: dict[str, Any], source: str) -> dict[str, Any]:
     """Apply ``extends``: a file that sets only a few keys starts from the policy it extends
     (``default`` unless it says otherwise; ``extends: null`` starts from nothing)."""
@@ -383,9 +394,17 @@ def _inherit(data: dict[str, Any], source: str) -> dict[str, Any]:
         base_policy = Policy.load(base_name)
     else:
         base_path = (Path(source).parent / base_name).resolve()
-        if str(base_path) == str(Path(source).resolve()):
+        here, chain = Path(source).resolve(), _EXTENDING.chain
+        if base_path == here:
             raise PolicyError(f"{source}: extends: a policy cannot extend itself")
-        base_policy = Policy.load(base_path)
+        if base_path in chain:
+            cycle = " -> ".join(p.name for p in (*chain[chain.index(base_path) :], here, base_path))
+            raise PolicyError(f"{source}: extends: {base_name} closes a cycle ({cycle})")
+        chain.append(here)
+        try:
+            base_policy = Policy.load(base_path)
+        finally:
+            chain.pop()
     base = base_policy.model_dump(mode="python", exclude={"name", "description"})
     base["extends"] = base_name
     return _merge(base, data)

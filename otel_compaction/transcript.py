@@ -42,7 +42,6 @@ __all__ = [
     "TranscriptBuilder",
     "Unit",
     "closed_cuts_of",
-    "load_messages",
 ]
 
 ResultStatus = Literal["result", "error"]
@@ -214,6 +213,8 @@ class Transcript:
     @classmethod
     def load(cls, path: str | Path) -> Transcript:
         """Read a JSON list, an object with ``messages``, or JSONL from a file (``-`` is stdin)."""
+        from otel_compaction.inputs import load_messages
+
         return cls.parse(load_messages(path))
 
     def __len__(self) -> int:
@@ -650,77 +651,3 @@ class TranscriptBuilder:
 
 def _is_error_payload(output: Any) -> bool:
     return isinstance(output, Mapping) and output.get("type") == "error"
-
-
-def load_messages(path: str | Path) -> list[Any]:
-    """Read the messages of a transcript file: a JSON list, ``{"messages": [...]}`` or JSONL.
-
-    ``-`` reads standard input. Errors name the file and, for JSON, the line and column.
-    """
-    import sys
-
-    name = str(path)
-    if name == "-":
-        raw = sys.stdin.read()
-        name = "<stdin>"
-    else:
-        try:
-            raw = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise TranscriptError(f"{name}: no such file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TranscriptError(f"{name}: cannot read: {exc}") from None
-    return parse_messages_text(raw, name)
-
-
-def parse_messages_text(raw: str, name: str = "<input>") -> list[Any]:
-    """Decode transcript text (JSON list, object with ``messages``, or JSONL)."""
-    text = raw.strip()
-    if not text:
-        raise TranscriptError(f"{name}: empty input; expected a JSON list of messages")
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if "\n" in text and text.startswith("{"):
-            return _jsonl(text, name)
-        raise TranscriptError(
-            f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    return _messages_of(document, name)
-
-
-def _jsonl(text: str, name: str) -> list[Any]:
-    messages: list[Any] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            messages.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise TranscriptError(
-                f"{name}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
-            ) from None
-    return messages
-
-
-def _messages_of(document: Any, name: str) -> list[Any]:
-    if isinstance(document, list):
-        return document
-    if isinstance(document, Mapping):
-        if "messages" in document:
-            messages = document["messages"]
-            if not isinstance(messages, list):
-                raise TranscriptError(
-                    f"{name}: 'messages' must be a list, got {type(messages).__name__}"
-                )
-            return messages
-        if "role" in document or "type" in document:
-            return [document]
-        raise TranscriptError(
-            f"{name}: expected a list of messages, an object with 'messages', or JSONL; "
-            "got an object without 'messages'"
-        )
-    raise TranscriptError(
-        f"{name}: expected a list of messages, an object with 'messages', or JSONL; "
-        f"got {type(document).__name__}"
-    )

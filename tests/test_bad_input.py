@@ -201,7 +201,7 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_directory_instead_of_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, str(tmp_path))
     assert code == 2
-    assert one_error_line(err).startswith(f"{tmp_path}: cannot read: ")
+    assert one_error_line(err) == f"{tmp_path}: is a directory, not a file"
 
 
 def test_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -209,7 +209,7 @@ def test_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path.write_bytes('[{"role": "user", "content": "caf\xe9"}]'.encode("latin-1"))
     code, _, err = run(capsys, str(path))
     assert code == 2
-    assert one_error_line(err).startswith(f"{path}: cannot read: ")
+    assert one_error_line(err) == f"{path}: not UTF-8 text: byte 0xe9 at offset 33 (line 1)"
 
 
 def test_deeply_nested_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

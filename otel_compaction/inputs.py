@@ -1,0 +1,194 @@
+"""Reading transcript and session files: bounded, strict UTF-8, JSON or JSONL, clear errors.
+
+Everything the command line and the hooks read from a file or standard input goes through
+`read_text`, so a path and a pipe behave alike: at most `MAX_INPUT_BYTES` (a device such as
+``/dev/zero`` or a runaway file is refused, not read forever), UTF-8 only (a byte-order mark is
+allowed), and an error that names the input and the place. `decode_json` turns the text into
+Python values with the same care: an integer too long for Python to convert, or a lone
+surrogate escape (``"\\ud800"``, which no UTF-8 output can carry), is refused with its line and
+column rather than failing later, somewhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from otel_compaction.errors import TranscriptError
+
+__all__ = ["MAX_INPUT_BYTES", "decode_json", "load_messages", "parse_messages_text", "read_text"]
+
+MAX_INPUT_BYTES: Final = 256 * 1024 * 1024
+"""The largest transcript or session file read (256 MiB; a long session log is tens of MB)."""
+
+_MAX_DIGITS: Final = 4_300  # Python's default bound on int <-> str conversion
+_LONG_NUMBER: Final = re.compile(rf"\d{{{_MAX_DIGITS + 1},}}")
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def read_text(path: str | Path, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, str]:
+    """The text of `path` (``-`` is standard input) and the name errors give it.
+
+    Raises:
+        TranscriptError: no such file, unreadable, larger than `limit` bytes, or not UTF-8.
+    """
+    name = str(path)
+    try:
+        if name == "-":
+            name = "<stdin>"
+            stream = getattr(sys.stdin, "buffer", None)
+            if stream is None:  # a text stream put in its place (an embedding host, a test)
+                text = sys.stdin.read(limit + 1)
+                if len(text) > limit:
+                    raise TranscriptError(f"{name}: larger than {limit:,} characters; not read")
+                return text, name
+            data = stream.read(limit + 1)
+        else:
+            with Path(path).open("rb") as handle:
+                data = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise TranscriptError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise TranscriptError(f"{name}: is a directory, not a file") from None
+    except OSError as exc:
+        raise TranscriptError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise TranscriptError(f"{name}: larger than {limit:,} bytes; not read")
+    try:
+        return data.decode("utf-8-sig"), name
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TranscriptError(
+            f"{name}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+            f"(line {line})"
+        ) from None
+
+
+def decode_json(text: str, name: str, *, line: int | None = None) -> Any:
+    """`json.loads` of `text`, refusing what Python would accept now and fail on later.
+
+    Raises:
+        json.JSONDecodeError: invalid JSON (the caller words it).
+        TranscriptError: an integer of more than 4,300 digits, or a lone surrogate escape.
+    """
+    where = f"{name}: line {line}" if line is not None else name
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # only an integer too long to convert gets here
+        long = _LONG_NUMBER.search(text)
+        if long is None:
+            raise
+        digits = len(long.group())
+        raise TranscriptError(
+            f"{where}: {_position(text, long.start())}a number of {digits:,} digits "
+            f"(at most {_MAX_DIGITS:,})"
+        ) from None
+    if _SURROGATE_ESCAPE.search(text):
+        lone = _lone_surrogate(value)
+        if lone is not None:
+            raise TranscriptError(
+                f"{where}: {lone}: a lone surrogate escape, which is not valid Unicode"
+            )
+    return value
+
+
+def load_messages(path: str | Path) -> list[Any]:
+    """Read the messages of a transcript file: a JSON list, ``{"messages": [...]}`` or JSONL.
+
+    ``-`` reads standard input. Errors name the file and, for JSON, the line and column.
+    """
+    text, name = read_text(path)
+    return parse_messages_text(text, name)
+
+
+def parse_messages_text(raw: str, name: str = "<input>") -> list[Any]:
+    """Decode transcript text (JSON list, object with ``messages``, or JSONL)."""
+    text = raw.strip()
+    if not text:
+        raise TranscriptError(f"{name}: empty input; expected a JSON list of messages")
+    try:
+        document = decode_json(text, name)
+    except json.JSONDecodeError as exc:
+        if "\n" in text and text.startswith("{"):
+            return _jsonl(text, name)
+        raise TranscriptError(
+            f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    return _messages_of(document, name)
+
+
+def _jsonl(text: str, name: str) -> list[Any]:
+    messages: list[Any] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            messages.append(decode_json(line, name, line=number))
+        except json.JSONDecodeError as exc:
+            raise TranscriptError(
+                f"{name}: line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
+            ) from None
+    return messages
+
+
+def _messages_of(document: Any, name: str) -> list[Any]:
+    if isinstance(document, list):
+        return document
+    if isinstance(document, Mapping):
+        if "messages" in document:
+            messages = document["messages"]
+            if not isinstance(messages, list):
+                raise TranscriptError(
+                    f"{name}: 'messages' must be a list, got {type(messages).__name__}"
+                )
+            return messages
+        if "role" in document or "type" in document:
+            return [document]
+        raise TranscriptError(
+            f"{name}: expected a list of messages, an object with 'messages', or JSONL; "
+            "got an object without 'messages'"
+        )
+    raise TranscriptError(
+        f"{name}: expected a list of messages, an object with 'messages', or JSONL; "
+        f"got {type(document).__name__}"
+    )
+
+
+def _position(text: str, offset: int) -> str:
+    if offset < 0:
+        return ""
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return f"line {line} column {column}: "
+
+
+def _lone_surrogate(value: Any, path: str = "") -> str | None:
+    """Where in `value` a string holds a lone surrogate (``[0].tool_calls[0].id``), or None."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            if not _encodes(item):
+                return at or "(top)"
+        elif isinstance(item, list):
+            stack.extend((inner, f"{at}[{i}]") for i, inner in reversed(list(enumerate(item))))
+        elif isinstance(item, dict):
+            for key, inner in reversed(list(item.items())):
+                if not _encodes(key):
+                    return f"{at}.{key.encode('utf-8', 'backslashreplace').decode()} (a key)"
+                stack.append((inner, f"{at}.{key}" if at else str(key)))
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
