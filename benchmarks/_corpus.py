@@ -1,7 +1,8 @@
 """Workloads shared by the benchmark scripts.
 
 * The real transcript corpus (``*/transcripts.jsonl`` records), found the way the tests find
-  it: ``OTEL_COMPACTION_CORPUS`` or ``shared/data/transcripts`` beside the repository root.
+  it: ``OTEL_COMPACTION_CORPUS``, ``shared/data/transcripts`` beside the repository root, or
+  the slice of it kept in ``tests/data/corpus``.
 * The compaction request both scripts evaluate: the oldest `fraction` of the characters after
   the protected head, cut at the first message boundary that reaches it.
 * A deterministic synthetic transcript of any length, shaped like the corpus (user and
@@ -50,13 +51,15 @@ class Record:
 
 
 def corpus_dir(override: str | None = None) -> Path:
-    """The corpus directory: `override`, then ``$OTEL_COMPACTION_CORPUS``, then the default."""
+    """The corpus directory: `override`, then ``$OTEL_COMPACTION_CORPUS``, then the full corpus
+    beside the repository, then the slice of it in the repository (``tests/data/corpus``)."""
     if override:
         return Path(override)
     from_env = os.environ.get(CORPUS_ENV)
     if from_env:
         return Path(from_env)
-    return _REPO_ROOT.parent / "shared" / "data" / "transcripts"
+    full = _REPO_ROOT.parent / "shared" / "data" / "transcripts"
+    return full if full.is_dir() else _REPO_ROOT / "tests" / "data" / "corpus"
 
 
 def load_corpus(directory: Path) -> list[Record]:

@@ -1,9 +1,11 @@
 """Shared fixtures: locate and load the real agent transcript corpus.
 
-The corpus lives in ``shared/data/transcripts`` next to the repository root
-(``<repo>/../shared/data/transcripts``); set ``OTEL_COMPACTION_CORPUS`` to use
-another directory. Each ``*/transcripts.jsonl`` file under it holds one record
-per line: ``{"source", "id", "format", "messages": [...], ...}``.
+The full corpus lives in ``shared/data/transcripts`` next to the repository root
+(``<repo>/../shared/data/transcripts``); set ``OTEL_COMPACTION_CORPUS`` to use another
+directory. Without either, the tests read the slice of it kept in the repository
+(``tests/data/corpus``: 21 transcripts, with their licenses), so a fresh clone runs every corpus
+test. Each ``*/transcripts.jsonl`` file holds one record per line:
+``{"source", "id", "format", "messages": [...], ...}``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 """Root of this repository (the directory holding ``pyproject.toml``)."""
 
 DEFAULT_CORPUS_DIR = REPO_ROOT.parent / "shared" / "data" / "transcripts"
-"""Corpus location used when ``OTEL_COMPACTION_CORPUS`` is not set."""
+"""The full corpus, used when ``OTEL_COMPACTION_CORPUS`` is not set and it is there."""
+
+CORPUS_SLICE_DIR = REPO_ROOT / "tests" / "data" / "corpus"
+"""The slice of the corpus kept in the repository, used when the full corpus is absent."""
 
 
 @dataclass(frozen=True)
@@ -42,9 +47,12 @@ class Transcript:
 
 
 def corpus_dir() -> Path:
-    """Return the corpus directory (env override first, then the default)."""
+    """The corpus directory: ``OTEL_COMPACTION_CORPUS``, else the full corpus beside the
+    repository when it is there, else the slice in the repository."""
     override = os.environ.get(CORPUS_ENV)
-    return Path(override) if override else DEFAULT_CORPUS_DIR
+    if override:
+        return Path(override)
+    return DEFAULT_CORPUS_DIR if DEFAULT_CORPUS_DIR.is_dir() else CORPUS_SLICE_DIR
 
 
 def running_in_ci() -> bool:
@@ -85,7 +93,7 @@ def _unavailable(reason: str) -> NoReturn:
 def corpus() -> list[Transcript]:
     """All transcripts of the corpus; skips (or fails under CI) when it is absent."""
     directory = corpus_dir()
-    hint = f"set {CORPUS_ENV} or place the corpus at ../shared/data/transcripts"
+    hint = f"{CORPUS_ENV} names a directory of */transcripts.jsonl files"
     if not directory.is_dir():
         _unavailable(f"transcript corpus not found at {directory}; {hint}")
     transcripts = load_corpus(directory)

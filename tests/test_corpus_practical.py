@@ -103,11 +103,11 @@ def decided(corpus: list[Record]) -> dict[str, list[Request]]:
 
 
 def test_default_gate_lets_the_oldest_half_be_compacted(
-    decided: dict[str, list[Request]],
+    decided: dict[str, list[Request]], corpus: list[Record]
 ) -> None:
     """At least 95% of requests are compacted, extended or deferred; median coverage >= 80%."""
     requests = decided["default"]
-    assert len(requests) > 100, "expected a request for most corpus transcripts"
+    assert len(requests) >= 0.9 * len(corpus), "expected a request for most corpus transcripts"
     refused = [r for r in requests if r.decision.action == "refuse"]
     allowed = 1 - len(refused) / len(requests)
     assert allowed >= ALLOWED_AIM, (
@@ -269,4 +269,4 @@ def test_no_allowed_span_severs_a_pair_by_an_independent_check(
             cuts = set(references[r.label].closed_cuts)
             assert start in cuts and end in cuts, f"{r.label}: {r.decision.describe()}"
             checked += 1
-    assert checked > 500
+    assert checked >= 2 * len(corpus), f"only {checked} spans checked"
