@@ -93,4 +93,4 @@ __all__ = [
     "verify_summary",
 ]
 
-__version__ = "0.1.0"
+from otel_compaction._version import __version__ as __version__

@@ -18,6 +18,7 @@ from typing import Any, NoReturn, TextIO, cast
 
 import yaml
 
+from otel_compaction._version import __version__
 from otel_compaction.analysis import Analysis
 from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH, Archive, ArchivedSpan
 from otel_compaction.errors import CompactionError, CompactionRefused
@@ -59,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
         "from their results, unanswered calls, failed searches and unkept promises.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_EPILOG,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -181,6 +185,12 @@ def _parser() -> argparse.ArgumentParser:
             help="send each hook's decision over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT)",
         )
 
+    _add_archive(commands)
+    return parser
+
+
+def _add_archive(commands: Any) -> None:
+    """The ``archive`` command and its actions."""
     archive = commands.add_parser("archive", help="read spans archived by reversible compaction")
     stored = archive.add_subparsers(dest="action", metavar="ACTION", required=True)
     db_help = f"archive database (default: ${ARCHIVE_ENV}, else ./{DEFAULT_ARCHIVE_PATH})"
@@ -196,7 +206,6 @@ def _parser() -> argparse.ArgumentParser:
     list_spans = stored.add_parser("list", help="list the archived spans, oldest first")
     list_spans.add_argument("--db", metavar="PATH", help=db_help)
     list_spans.add_argument("--format", choices=("text", "json"), default="text")
-    return parser
 
 
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")

@@ -1,5 +1,6 @@
-"""Inputs that fuzzing of the command line found mishandled: each now gives exit 2 and one line
-on stderr naming what is wrong and where, or is shown escaped, never a traceback."""
+"""The command line as a first user meets it: ``--version``, and the inputs that fuzzing found
+mishandled, each of which now gives exit 2 and one line on stderr naming what is wrong and where
+(or is shown escaped), never a traceback."""
 
 from __future__ import annotations
 
@@ -175,3 +176,11 @@ def test_a_policy_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFi
     code, _, err = run_cli(capsys, "policy", "validate", str(path))
     assert code == 2
     assert error_line(err).startswith(f"{path}: cannot read the policy file: ")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    code, out, err = run_cli(capsys, "--version")
+    assert (code, err) == (0, "")
+    assert out == f"otel-compaction {version('otel-compaction')}\n"
