@@ -53,6 +53,7 @@ from otel_compaction.tokens import (
     default_token_counter,
     message_text,
 )
+from otel_compaction.tracing import capture_content_enabled
 from otel_compaction.transcript import OPENAI_RESPONSES, Transcript
 
 __all__ = [
@@ -242,16 +243,21 @@ class GuardedCompactor:
             decision = self._evaluate(analysis, (start, shorter), critical, conversation_id)
         if decision.action == "refuse":
             raise refusal_error(decision)
+        capture = self._capture_content()
         with self._tracer.start_as_current_span(
-            semconv.APPLY_SPAN, kind=SpanKind.INTERNAL
-        ) as telemetry_span:
+            semconv.APPLY_SPAN, kind=SpanKind.INTERNAL, record_exception=False,
+            set_status_on_exception=False,
+        ) as telemetry_span:  # fmt: skip
             try:
                 result = self._apply(original, analysis.transcript, decision, before)
             except Exception as exc:
+                # Its message names what the summary lost: content, kept only with capture on.
                 telemetry_span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
-                telemetry_span.set_status(Status(StatusCode.ERROR, str(exc)))
+                telemetry_span.set_status(Status(StatusCode.ERROR, str(exc) if capture else None))
+                if capture:
+                    telemetry_span.record_exception(exc)
                 raise
-            _record(telemetry_span, result)
+            _record(telemetry_span, result, capture)
         return result
 
     def force_terminal(
@@ -346,6 +352,11 @@ class GuardedCompactor:
             )
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _capture_content(self) -> bool:
+        if self.telemetry is not None:
+            return self.telemetry.recorder.capture_content
+        return capture_content_enabled()
 
     def _evaluate(
         self,
@@ -455,7 +466,7 @@ def _summary_message(summary: str, transcript_format: str) -> dict[str, Any]:
     return {"role": "user", "content": summary}
 
 
-def _record(span: trace.Span, result: CompactionResult) -> None:
+def _record(span: trace.Span, result: CompactionResult, capture: bool) -> None:
     decision = result.decision
     attributes: dict[str, Any] = {
         semconv.TOKENS_BEFORE: result.tokens_before,
@@ -475,8 +486,8 @@ def _record(span: trace.Span, result: CompactionResult) -> None:
     span.set_attributes(attributes)
     if result.compacted:
         span.add_event(semconv.EVENT_CONVERSATION_COMPACTED, attributes)
-    elif result.verification is not None and not result.verification.ok:
+    elif (verification := result.verification) is not None and not verification.ok:
         span.add_event(
             semconv.EVENT_SUMMARY_REJECTED,
-            {semconv.MISSING: list(result.verification.describe())},
+            {semconv.MISSING: list(verification.describe() if capture else verification.outline())},
         )

@@ -69,6 +69,12 @@ class MustCarry:
     """Identifiers past the policy's ``max_identifiers``: the archive handle covers them."""
 
 
+def shown_id(ref: ObligationRef) -> str:
+    """An obligation's id as telemetry names it without content capture: a reference's id is
+    the identifier itself (content), so it is named by the message where it is first seen."""
+    return f"reference@{ref.message_index}" if ref.kind == "reference" else ref.id
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The gate's answer for one requested span.
@@ -115,6 +121,19 @@ class Decision:
             )
         how = " (extended to close a pairing break)" if self.extended else ""
         return f"compacting messages {start}..{end - 1}{how}"
+
+    def outline(self) -> str:
+        """`describe` without content, for logs: each obligation by kind and `shown_id`."""
+        start, end = self.span
+        named = ", ".join(f"{ref.kind} {shown_id(ref)}" for ref in self.obligations) or "none"
+        if self.action == "refuse":
+            return f"refusing compaction of messages {start}..{end - 1}: open obligations {named}"
+        if self.action == "defer":
+            return (
+                f"deferring messages {self.requested[0]}..{self.requested[1] - 1} (open "
+                f"obligations {named}); compacting the closed span {start}..{end - 1} instead"
+            )
+        return self.describe()
 
     def to_dict(self) -> dict[str, Any]:
         """The decision in the CLI's JSON contract."""

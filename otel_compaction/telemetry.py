@@ -38,14 +38,16 @@ from opentelemetry.trace import SpanKind, TracerProvider
 
 from otel_compaction import semconv
 from otel_compaction.analysis import Analysis
-from otel_compaction.gate import CompactionGate, Decision
+from otel_compaction.gate import CompactionGate, Decision, shown_id
 from otel_compaction.ledger import ObligationLedger
 from otel_compaction.metrics import CompactionMetrics
 from otel_compaction.policy import Policy
+from otel_compaction.rules import ObligationRef
 from otel_compaction.tracing import (
     LedgerSpanProcessor,
     ObligationSampler,
     ToolCallRecorder,
+    capture_content_enabled,
     package_tracer,
 )
 
@@ -66,9 +68,20 @@ class DecisionTelemetry:
     action (``compaction.extended`` too when the span was extended) with the rule names and
     obligation ids, and the decision metrics."""
 
-    def __init__(self, tracer_provider: TracerProvider, metrics: CompactionMetrics) -> None:
+    def __init__(
+        self,
+        tracer_provider: TracerProvider,
+        metrics: CompactionMetrics,
+        capture_content: bool | None = None,
+    ) -> None:
         self._tracer = package_tracer(tracer_provider)
         self._metrics = metrics
+        self._capture = capture_content
+
+    def _id(self, ref: ObligationRef) -> str:
+        """A reference's id is its identifier: content, shown only with capture on."""
+        capture = capture_content_enabled() if self._capture is None else self._capture
+        return ref.id if capture else shown_id(ref)
 
     def __call__(self, decision: Decision, analysis: Analysis, started_ns: int) -> None:
         rules = _rules(decision, analysis)
@@ -89,7 +102,7 @@ class DecisionTelemetry:
             attributes[semconv.GEN_AI_CONVERSATION_ID] = decision.conversation_id
         event: dict[str, Any] = {
             semconv.RULES: rules,
-            semconv.OBLIGATION_IDS: [ref.id for ref in decision.obligations],
+            semconv.OBLIGATION_IDS: [self._id(ref) for ref in decision.obligations],
             semconv.OBLIGATION_KINDS: [ref.kind for ref in decision.obligations],
             semconv.SPAN_START: decision.span[0],
             semconv.SPAN_END: decision.span[1],
@@ -111,7 +124,7 @@ class DecisionTelemetry:
                         semconv.EVENT_STALE,
                         {
                             semconv.OBLIGATION_KIND: finding.obligation.kind,
-                            semconv.OBLIGATION_ID: finding.obligation.id,
+                            semconv.OBLIGATION_ID: self._id(finding.obligation),
                         },
                     )
             span.end()
@@ -203,7 +216,7 @@ class Telemetry:
             capture_content=capture_content,
             agent_name=agent_name,
         )
-        self.decisions = DecisionTelemetry(tracer_provider, self.metrics)
+        self.decisions = DecisionTelemetry(tracer_provider, self.metrics, capture_content)
         self._owned: list[object] = []
         if owns_tracer_provider:
             self._owned.append(tracer_provider)

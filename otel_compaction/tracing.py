@@ -543,12 +543,14 @@ class ToolCallRecorder:
         # Telemetry after the ledger, each piece on its own: a failing span must neither
         # leave the call span open nor lose the duration.
         error_type = _error_type(error) if status == "error" else None
+        # An exception's message is content: without capture the spans say only its type.
+        shown = error if self.capture_content else None
         try:
-            self._result_span(handle, status, content, error, error_type, reason)
+            self._result_span(handle, status, content, shown, error_type, reason)
         except Exception:
             _log.exception("otel-compaction: recording a tool result failed")
         try:
-            self._end_call_span(handle.span, status, error, error_type, reason)
+            self._end_call_span(handle.span, status, shown, error_type, reason)
         except Exception:
             _log.exception("otel-compaction: ending a tool-call span failed")
         metrics = self._metrics
@@ -641,7 +643,8 @@ class ToolCallRecorder:
         span.set_attribute(semconv.OBLIGATION_STATUS, status)
         if status == "error":
             span.set_attribute(semconv.ERROR_TYPE, _error_type(error))
-            span.set_status(Status(StatusCode.ERROR, _description(error)))
+            shown = error if self.capture_content else None  # a message is content
+            span.set_status(Status(StatusCode.ERROR, _description(shown)))
         elif status == "abandoned":
             span.add_event(semconv.EVENT_ABANDONED, {semconv.ABANDON_REASON: reason})
         span.end()

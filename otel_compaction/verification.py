@@ -90,6 +90,15 @@ class Verification:
         )
         return tuple(lines)
 
+    def outline(self) -> tuple[str, ...]:
+        """`describe` without content, for telemetry: identifiers by count, negatives by the
+        call that returned them, pending obligations by kind and id."""
+        count = len(self.missing_identifiers)
+        lines = [f"identifiers: {count}"] if count else []
+        lines.extend(f"negative_result {n.call_id}" for n in self.missing_negatives)
+        lines.extend(f"{p.kind} {p.id}" for p in self.missing_pending)
+        return tuple(lines)
+
     def to_dict(self) -> dict[str, Any]:
         """The missing items as JSON-ready lists (``identifiers``, ``negatives``, ``pending``)."""
         return {

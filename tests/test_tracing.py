@@ -137,7 +137,7 @@ def test_an_error_marks_both_spans_and_is_counted_by_error_type(pipeline: Pipeli
     }
     for span in (call_span, result_span):
         assert span.status.status_code is StatusCode.ERROR
-        assert span.status.description == "seat 3A is taken"
+        assert span.status.description is None  # the message is content; capture is off
     assert [link.context for link in result_span.links] == [call_span.context]
     # A string names the error type; there is no exception text to describe it.
     assert timeout_call.attributes is not None and timeout_result.attributes is not None

@@ -194,7 +194,9 @@ class _Exchange(Exchange):
             return
         try:
             self.span.set_attribute(semconv.ERROR_TYPE, type(error).__qualname__)
-            self.span.set_status(Status(StatusCode.ERROR, str(error) or None))
+            # The SDK's message may quote the request: content, kept only with capture on.
+            shown = str(error) if self.runtime.recorder.capture_content else ""
+            self.span.set_status(Status(StatusCode.ERROR, shown or None))
         except Exception:  # the SDK's exception is what the application must see
             _log.exception("otel-compaction: recording a failed model request failed")
         self._end()

@@ -171,7 +171,7 @@ class CompactionGuardSession(SessionABC):
         _log.info(
             "otel-compaction: session %s: compaction deferred: %s",
             self.session_id,
-            decision.describe(),
+            decision.outline(),
         )
 
     async def evaluate(self) -> Decision | None:

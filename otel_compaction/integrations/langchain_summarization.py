@@ -280,7 +280,9 @@ class GuardedSummarizationMiddleware(AgentMiddleware[AgentState[Any], Any, Any])
         except CompactionRefused as refused:
             if self.on_refuse == "raise":
                 raise
-            _log.warning("otel-compaction: %s; holding every message verbatim", refused)
+            _log.warning(
+                "otel-compaction: %s; holding every message verbatim", refused.decision.outline()
+            )
             return None
 
     def _guarded_compactor(self) -> GuardedCompactor:
@@ -369,7 +371,7 @@ class _BuiltinGuard:
     def _refused(self, decision: Decision) -> int:
         if self.on_refuse == "raise":
             raise refusal_error(decision)
-        _log.warning("otel-compaction: %s; holding every message verbatim", decision.describe())
+        _log.warning("otel-compaction: %s; holding every message verbatim", decision.outline())
         return 0
 
 
