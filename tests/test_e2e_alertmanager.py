@@ -64,7 +64,10 @@ class Alerting:
 
     def describe(self) -> str:
         """What each hop holds, for failure messages."""
-        prometheus_alerts = json.dumps(self.stack.prometheus.alerts(), indent=1)[:3000]
+        try:
+            prometheus_alerts = json.dumps(self.stack.prometheus.alerts(), indent=1)[:3000]
+        except (AssertionError, OSError) as error:
+            prometheus_alerts = f"(cannot list them: {error})"
         return (
             f"{self.webhook.describe()}\n{self.alertmanager.describe()}\n"
             f"Prometheus's alerts: {prometheus_alerts}"
