@@ -2,7 +2,10 @@
 
 * `PrometheusServer`: the ``prometheus`` binary (Debian's package), with a generated config,
   its database in a temporary directory, on an ephemeral port of ``127.0.0.1``; PromQL
-  queries, alerts, rules and label values through its HTTP API.
+  queries, alerts, rules and label values through its HTTP API; optionally sending its alerts
+  to Alertmanagers.
+* `AlertmanagerServer`: ``prometheus-alertmanager`` (Debian's package) with a given config,
+  its state in a temporary directory, without cluster gossip; its alerts through its API.
 * `PhoenixServer`: Arize Phoenix (``phoenix serve``, through ``phoenix_launcher.py`` so that
   its gRPC listener stays on loopback too), from the environment `phoenix_python` finds; spans
   read back through its REST API.
@@ -34,9 +37,11 @@ from typing import Any, NoReturn, TypeVar
 import pytest
 import yaml
 from conftest import REPO_ROOT, running_in_ci
+from loopback import LoopbackService
 
 __all__ = [
     "LOOPBACK",
+    "AlertmanagerServer",
     "ManagedProcess",
     "PhoenixServer",
     "PrometheusServer",
@@ -212,9 +217,35 @@ class ManagedProcess:
         self.stop()
 
 
-class PrometheusServer:
+class _ServerProcess(LoopbackService):
+    """A server program run as a `ManagedProcess` in its work directory, on loopback only,
+    its output in ``<workdir>/<program>.log``."""
+
+    name = "server"
+    workdir: Path
+    process: ManagedProcess | None = None
+
+    def _launch(self, argv: Sequence[str], *, ready_url: str, timeout: float) -> None:
+        """Run `argv` and wait until `ready_url` answers (stopped and raised otherwise)."""
+        self.process = ManagedProcess(
+            argv,
+            log_path=self.workdir / f"{self.name.lower()}.log",
+            env=loopback_environment(),
+            cwd=self.workdir,
+        )
+        _await_ready(self.process, ready_url, self.name, timeout, self.stop)
+
+    def stop(self) -> None:
+        """Stop the server (idempotent)."""
+        if self.process is not None:
+            self.process.stop()
+
+
+class PrometheusServer(_ServerProcess):
     """A real Prometheus server on loopback, scraping `targets` every second and evaluating
     `rule_files` every second."""
+
+    name = "Prometheus"
 
     def __init__(
         self,
@@ -223,10 +254,11 @@ class PrometheusServer:
         binary: str,
         targets: Mapping[str, Sequence[str]],
         rule_files: Sequence[Path] = (),
+        alertmanagers: Sequence[str] = (),
         interval: str = "1s",
     ) -> None:
         """Write the configuration into `workdir`; `targets` maps job names to
-        ``host:port`` targets."""
+        ``host:port`` targets; firing alerts go to the `alertmanagers` (``host:port``)."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.binary = binary
@@ -241,31 +273,28 @@ class PrometheusServer:
                 for job, hosts in targets.items()
             ],
         }
+        if alertmanagers:
+            config["alerting"] = {
+                "alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]
+            }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        self.process: ManagedProcess | None = None
 
     def start(self, timeout: float = 30.0) -> PrometheusServer:
         """Start it and wait until it is ready."""
-        self.process = ManagedProcess(
+        self._launch(
             [
                 self.binary,
                 f"--config.file={self.config_path}",
                 f"--web.listen-address={LOOPBACK}:{self.port}",
+                f"--web.external-url={self.url}",  # alerts link back here (generatorURL)
                 f"--storage.tsdb.path={self.workdir / 'data'}",
                 "--storage.tsdb.retention.time=1h",
                 "--log.level=warn",
             ],
-            log_path=self.workdir / "prometheus.log",
-            env=loopback_environment(),
-            cwd=self.workdir,
+            ready_url=f"{self.url}/-/ready",
+            timeout=timeout,
         )
-        _await_ready(self.process, f"{self.url}/-/ready", "Prometheus", timeout, self.stop)
         return self
-
-    def stop(self) -> None:
-        """Stop the server (idempotent)."""
-        if self.process is not None:
-            self.process.stop()
 
     def api(self, path: str, **params: str | Sequence[str]) -> Any:
         """GET ``/api/v1/<path>`` and return its ``data``; a non-success status raises."""
@@ -309,16 +338,53 @@ class PrometheusServer:
         values: list[str] = self.api(f"label/{label}/values", **params)
         return values
 
-    def __enter__(self) -> PrometheusServer:
-        return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
+class AlertmanagerServer(_ServerProcess):
+    """A real Alertmanager on loopback with the configuration `config`, alone (no cluster)."""
+
+    name = "Alertmanager"
+
+    def __init__(self, workdir: Path, *, binary: str, config: Mapping[str, Any]) -> None:
+        """Write `config` into `workdir`, where its notification state will live too."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        self.binary = binary
+        self.port = free_port()
+        self.address = f"{LOOPBACK}:{self.port}"
+        self.url = f"http://{self.address}"
+        self.config_path = workdir / "alertmanager.yml"
+        self.config_path.write_text(yaml.safe_dump(dict(config), sort_keys=False), "utf-8")
+
+    def start(self, timeout: float = 30.0) -> AlertmanagerServer:
+        """Start it and wait until it is ready."""
+        self._launch(
+            [
+                self.binary,
+                f"--config.file={self.config_path}",
+                f"--storage.path={self.workdir / 'data'}",
+                f"--web.listen-address={self.address}",
+                f"--web.external-url={self.url}",  # the notifications' externalURL
+                "--cluster.listen-address=",  # empty: no gossip port, no peers
+                "--log.level=warn",
+            ],
+            ready_url=f"{self.url}/-/ready",
+            timeout=timeout,
+        )
+        return self
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alerts it holds (API v2), with their labels, annotations and status."""
+        alerts: list[dict[str, Any]] = get_json(f"{self.url}/api/v2/alerts")
+        return alerts
+
+    def describe(self) -> str:
+        """Its alerts and its output tail, for failure messages."""
+        try:
+            alerts = json.dumps(self.alerts(), indent=1)[:3000]
+        except (AssertionError, OSError) as error:
+            alerts = f"(cannot list its alerts: {error})"
+        log = self.process.describe() if self.process is not None else "(not started)"
+        return f"Alertmanager's alerts: {alerts}\n{log}"
 
 
 def phoenix_python() -> str:

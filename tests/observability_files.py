@@ -2,8 +2,10 @@
 
 Paths of ``collector-config/``; the Grafana dashboard's PromQL (every panel target and
 variable query) with Grafana's variables substituted so that Prometheus can evaluate it; the
-metric names a PromQL expression uses; and a copy of the alert rules with every duration
-scaled down, for end-to-end tests that cannot wait minutes.
+metric names a PromQL expression uses; a copy of the alert rules with every duration
+scaled down, for end-to-end tests that cannot wait minutes; the Alertmanager route with the
+receiver's URL and the grouping timings replaced, for a test Alertmanager; and an alert's
+annotation template as the pattern its rendered text must match.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import yaml
 from conftest import REPO_ROOT
 
 __all__ = [
+    "ALERTMANAGER_CONFIG",
     "ALERTS",
     "ALERT_TESTS",
     "COLLECTOR",
@@ -29,6 +32,8 @@ __all__ = [
     "DATASOURCES",
     "PROMETHEUS_CONFIG",
     "DashboardQuery",
+    "alertmanager_config",
+    "annotation_pattern",
     "dashboard",
     "dashboard_queries",
     "load_yaml",
@@ -45,6 +50,7 @@ COMPOSE = CONFIG_DIR / "compose.yaml"
 PROMETHEUS_CONFIG = CONFIG_DIR / "prometheus" / "prometheus.yml"
 ALERTS = CONFIG_DIR / "prometheus" / "alerts.yml"
 ALERT_TESTS = CONFIG_DIR / "prometheus" / "tests" / "alerts_test.yml"
+ALERTMANAGER_CONFIG = CONFIG_DIR / "alertmanager" / "alertmanager.yml"
 DASHBOARD = CONFIG_DIR / "grafana" / "dashboards" / "otel-compaction.json"
 DATASOURCES = CONFIG_DIR / "grafana" / "provisioning" / "datasources" / "datasources.yaml"
 DASHBOARD_PROVIDERS = CONFIG_DIR / "grafana" / "provisioning" / "dashboards" / "dashboards.yaml"
@@ -66,6 +72,10 @@ _DURATION_SITE = re.compile(r"\[[^\]]+\]|offset\s+\d+(?:\.\d+)?(?:ms|s|m|h|d|w|y
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _MATCHERS = re.compile(r"\{[^{}]*\}")
 _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+# The template actions the alert annotations use: a label, and the value as an integer.
+_TEMPLATE_ACTION = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+_LABEL_ACTION = re.compile(r"\$labels\.(\w+)")
+_INTEGER_VALUE_ACTION = 'printf "%.0f" $value'
 _METRIC = re.compile(r"\b(ALERTS|(?:compaction|gen_ai|traces_span_metrics)_[a-zA-Z0-9_]+)\b")
 
 
@@ -178,3 +188,53 @@ def scaled_rules(factor: float, source: Path = ALERTS) -> dict[str, Any]:
             if "for" in rule:
                 rule["for"] = _scaled(rule["for"], factor)
     return rules
+
+
+def alertmanager_config(
+    webhook_url: str, *, group_wait: str, group_interval: str, source: Path = ALERTMANAGER_CONFIG
+) -> dict[str, Any]:
+    """The Alertmanager configuration of `source` with every webhook posting to `webhook_url`
+    and every route that sets them waiting `group_wait` and `group_interval`; all else as
+    shipped."""
+    config: dict[str, Any] = load_yaml(source)
+    webhooks = [
+        webhook
+        for receiver in config["receivers"]
+        for webhook in receiver.get("webhook_configs", [])
+    ]
+    if not webhooks:
+        raise ValueError(f"{source}: no webhook receiver to point at the test's")
+    for webhook in webhooks:
+        webhook["url"] = webhook_url
+    routes = [config["route"]]
+    while routes:
+        route = routes.pop()
+        for key, value in (("group_wait", group_wait), ("group_interval", group_interval)):
+            if key in route:
+                route[key] = value
+        routes.extend(route.get("routes", []))
+    return config
+
+
+def annotation_pattern(template: str, labels: Mapping[str, str]) -> re.Pattern[str]:
+    """What an annotation `template` renders to for an alert with `labels`: a label's action
+    as that label's value, ``printf "%.0f" $value`` as one whole number (group ``value``). Any
+    other action raises, so that a new one is taught here rather than matched loosely."""
+    parts: list[str] = []
+    position = 0
+    seen_value = False
+    for action in _TEMPLATE_ACTION.finditer(template):
+        parts.append(re.escape(template[position : action.start()]))
+        text = action.group(1)
+        label = _LABEL_ACTION.fullmatch(text)
+        if label is not None:
+            parts.append(re.escape(labels[label.group(1)]))
+        elif text == _INTEGER_VALUE_ACTION:
+            # The same value wherever the template prints it.
+            parts.append(r"(?P=value)" if seen_value else r"(?P<value>-?\d+)")
+            seen_value = True
+        else:
+            raise ValueError(f"no pattern for the template action {action.group(0)}")
+        position = action.end()
+    parts.append(re.escape(template[position:]))
+    return re.compile("".join(parts), re.DOTALL)

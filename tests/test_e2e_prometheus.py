@@ -14,22 +14,13 @@ Needs Debian's ``prometheus`` package (``.ci/run`` installs it): skips without i
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from e2e_servers import (
-    LOOPBACK,
-    ManagedProcess,
-    PrometheusServer,
-    loopback_environment,
-    require_executable,
-    wait_until,
-)
+from e2e_servers import ManagedProcess, PrometheusServer, wait_until
 from observability_files import (
     dashboard_queries,
     metric_names,
@@ -37,10 +28,8 @@ from observability_files import (
     substitute_variables,
     variable_queries,
 )
+from prometheus_stack import JOB, SCALE, scraped_agent
 
-JOB = "e2e-agent"
-SCALE = 1 / 60  # minutes become seconds: a 10m window is 10s
-AGENT = Path(__file__).with_name("e2e_agent.py")
 EXPOSED = {
     "compaction_obligations_open",
     "compaction_obligation_oldest_age_seconds",
@@ -67,50 +56,8 @@ NOT_PRODUCED_HERE = {
 def stack_fixture(tmp_path: Path) -> Iterator[tuple[ManagedProcess, PrometheusServer]]:
     """The agent process serving its metrics, and Prometheus scraping it every second with
     the scaled alert rules loaded; both stopped afterwards."""
-    binary = require_executable("prometheus", "install Debian's prometheus package")
-    rules = tmp_path / "alerts.yml"
-    rules.write_text(yaml.safe_dump(scaled_rules(SCALE), sort_keys=False), encoding="utf-8")
-    ready = tmp_path / "agent-ready.json"
-    agent = ManagedProcess(
-        [
-            sys.executable,
-            str(AGENT),
-            "--prometheus-port=0",
-            f"--ready-file={ready}",
-            "--interval=0.5",
-            "--duration=90",
-        ],
-        log_path=tmp_path / "agent.log",
-        env=loopback_environment(
-            {
-                "OTEL_TRACES_EXPORTER": "none",
-                "OTEL_METRICS_EXPORTER": "none",
-                "OTEL_SERVICE_NAME": JOB,
-            }
-        ),
-    )
-    prometheus: PrometheusServer | None = None
-    try:
-        wait_until(
-            lambda: ready.exists() or not agent.alive(),
-            timeout=20,
-            message="the agent did not start serving its metrics",
-            describe=agent.describe,
-        )
-        assert agent.alive(), agent.describe()
-        port = json.loads(ready.read_text(encoding="utf-8"))["prometheus_port"]
-        prometheus = PrometheusServer(
-            tmp_path / "prometheus",
-            binary=binary,
-            targets={JOB: [f"{LOOPBACK}:{port}"]},
-            rule_files=[rules],
-        )
-        prometheus.start()
-        yield agent, prometheus
-    finally:
-        if prometheus is not None:
-            prometheus.stop()
-        agent.stop()
+    with scraped_agent(tmp_path) as stack:
+        yield stack.agent, stack.prometheus
 
 
 def _firing(prometheus: PrometheusServer, name: str) -> dict[str, Any] | None:

@@ -1,10 +1,11 @@
 """The observability stack's files hold together: the Collector's pipelines reference only
-defined components, the compose file, the Collector, Prometheus and Grafana agree on hosts and
-ports, the dashboard's data sources are the provisioned ones, and promtool accepts the rules,
-the Prometheus config and the rule unit tests.
+defined components, the compose file, the Collector, Prometheus, Alertmanager and Grafana agree
+on hosts and ports, the dashboard's data sources are the provisioned ones, promtool accepts the
+rules, the Prometheus config and the rule unit tests, and amtool accepts the Alertmanager
+config and routes every alert to its receiver.
 
-The promtool tests need Debian's ``prometheus`` package: they skip without it, and fail when
-``CI=true``.
+The promtool tests need Debian's ``prometheus`` package, the amtool tests its
+``prometheus-alertmanager``: they skip without them, and fail when ``CI=true``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from conftest import REPO_ROOT
 from e2e_servers import require_executable
 from observability_files import (
     ALERT_TESTS,
+    ALERTMANAGER_CONFIG,
     ALERTS,
     COLLECTOR,
     COMPOSE,
@@ -168,6 +170,19 @@ def test_the_collectors_ports_agree_with_compose_and_prometheus() -> None:
     assert collector_job["honor_labels"] is True  # keep the agents' job and instance
 
 
+def test_prometheus_sends_alerts_to_the_compose_alertmanager() -> None:
+    services = _compose()
+    [alertmanagers] = load_yaml(PROMETHEUS_CONFIG)["alerting"]["alertmanagers"]
+    [target] = [t for c in alertmanagers["static_configs"] for t in c["targets"]]
+    host, port = target.rsplit(":", 1)
+    assert host == "alertmanager" and host in services
+    flags = _set_flags(services[host])
+    assert _port(flags["web.listen-address"]) == int(port)
+    assert flags["cluster.listen-address"] == ""  # one Alertmanager, no gossip
+    assert int(port) in _published(services[host])
+    assert host in services["prometheus"]["depends_on"]
+
+
 def test_traces_reach_jaeger_where_jaeger_listens() -> None:
     config = _collector()
     services = _compose()
@@ -218,6 +233,9 @@ def test_mounted_files_exist_where_the_services_read_them() -> None:
     assert mounts["prometheus"][str(config_path.parent)] == PROMETHEUS_CONFIG.parent.resolve()
     for rule_file in load_yaml(PROMETHEUS_CONFIG)["rule_files"]:
         assert (PROMETHEUS_CONFIG.parent / rule_file).resolve() == ALERTS.resolve()
+    alertmanager_config = Path(_set_flags(services["alertmanager"])["config.file"])
+    alertmanager_mount = mounts["alertmanager"][str(alertmanager_config.parent)]
+    assert alertmanager_mount / alertmanager_config.name == ALERTMANAGER_CONFIG.resolve()
     grafana = mounts["grafana"]
     assert grafana["/etc/grafana/provisioning"] == DATASOURCES.parent.parent.resolve()
     [provider] = load_yaml(DASHBOARD_PROVIDERS)["providers"]
@@ -238,7 +256,7 @@ def test_the_readme_names_the_ports_compose_publishes() -> None:
         for _, host_port in _published(service).values()
     }
     assert mentioned <= published, sorted(mentioned - published)
-    assert {3000, 4318, 9090, 16686} <= mentioned
+    assert {3000, 4318, 9090, 9093, 16686} <= mentioned
     assert "docker compose -f collector-config/compose.yaml up" in section
 
 
@@ -332,25 +350,56 @@ def promtool_fixture() -> str:
     return require_executable("promtool", "install Debian's prometheus package")
 
 
-def _promtool(promtool: str, *arguments: str, cwd: Path = CONFIG_DIR) -> str:
+def _run(program: str, *arguments: str, cwd: Path = CONFIG_DIR) -> str:
+    """Run promtool or amtool; its output, which must come with exit status 0."""
     done = subprocess.run(
-        [promtool, *arguments], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+        [program, *arguments], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
     )
     output = done.stdout + done.stderr
-    assert done.returncode == 0, f"promtool {' '.join(arguments)}:\n{output}"
+    assert done.returncode == 0, f"{Path(program).name} {' '.join(arguments)}:\n{output}"
     return output
 
 
 def test_promtool_check_rules(promtool: str) -> None:
-    output = _promtool(promtool, "check", "rules", str(ALERTS))
+    output = _run(promtool, "check", "rules", str(ALERTS))
     assert "SUCCESS: 6 rules found" in output
 
 
 def test_promtool_check_config(promtool: str) -> None:
-    output = _promtool(promtool, "check", "config", str(PROMETHEUS_CONFIG))
+    output = _run(promtool, "check", "config", str(PROMETHEUS_CONFIG))
     assert "is valid prometheus config file syntax" in output
 
 
 def test_promtool_test_rules(promtool: str) -> None:
-    output = _promtool(promtool, "test", "rules", ALERT_TESTS.name, cwd=ALERT_TESTS.parent)
+    output = _run(promtool, "test", "rules", ALERT_TESTS.name, cwd=ALERT_TESTS.parent)
     assert "SUCCESS" in output and "FAILED" not in output
+
+
+@pytest.fixture(name="amtool")
+def amtool_fixture() -> str:
+    """The amtool program; skips (fails under CI) without Debian's prometheus-alertmanager."""
+    return require_executable("amtool", "install Debian's prometheus-alertmanager package")
+
+
+def test_amtool_check_config(amtool: str) -> None:
+    output = _run(amtool, "check-config", str(ALERTMANAGER_CONFIG))
+    assert "SUCCESS" in output and "1 receivers" in output
+
+
+def test_every_alert_is_routed_to_the_on_call_receiver(amtool: str) -> None:
+    [receiver] = load_yaml(ALERTMANAGER_CONFIG)["receivers"]
+    assert receiver["name"] == "otel-compaction-on-call"
+    for group in load_yaml(ALERTS)["groups"]:
+        for rule in group["rules"]:
+            labels = [f"{name}={value}" for name, value in rule["labels"].items()]
+            output = _run(
+                amtool,
+                "config",
+                "routes",
+                "test",
+                f"--config.file={ALERTMANAGER_CONFIG}",
+                "--verify.receivers=otel-compaction-on-call",
+                f"alertname={rule['alert']}",
+                *labels,
+            )
+            assert output.splitlines()[0] == "otel-compaction-on-call", rule["alert"]
