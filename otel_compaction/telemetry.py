@@ -12,14 +12,25 @@ nothing in decisions: the gate and the ledger depend on no backend.
 For users without a Collector, ``configure(prometheus_port=...)`` (or
 ``OTEL_COMPACTION_PROMETHEUS_PORT``) also serves the metrics for Prometheus to scrape, on
 ``127.0.0.1`` unless a host is given; it needs the ``prometheus`` extra and is off by default.
+With that endpoint and no OTLP endpoint configured, nothing is exported over OTLP unless
+``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER`` asks for ``otlp``.
+
+Shutdown is bounded: each OTLP export of the providers created here gives up after the export
+timeout (``OTEL_EXPORTER_OTLP_TIMEOUT`` or its per-signal variant, else
+`DEFAULT_EXPORT_TIMEOUT_S`), and `Telemetry.shutdown`, which also runs at interpreter exit,
+waits for at most two exports per signal: one already in flight and one final flush. Once an
+export fails during shutdown, the spans still queued are dropped instead of each waiting its own
+timeout.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -27,11 +38,13 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
     SpanExporter,
+    SpanExportResult,
 )
 from opentelemetry.sdk.trace.sampling import Sampler, _get_from_env_or_default
 from opentelemetry.trace import SpanKind, TracerProvider
@@ -51,7 +64,7 @@ from otel_compaction.tracing import (
     package_tracer,
 )
 
-__all__ = ["DecisionTelemetry", "Telemetry", "configure"]
+__all__ = ["DEFAULT_EXPORT_TIMEOUT_S", "DecisionTelemetry", "Telemetry", "configure"]
 
 _log = logging.getLogger(__name__)
 
@@ -222,6 +235,9 @@ class Telemetry:
             self._owned.append(tracer_provider)
         if owns_meter_provider:
             self._owned.append(meter_provider)
+        self._closing: list[_ClosingSpanExporter] = []
+        self._meter_shutdown_millis: float = _SDK_SHUTDOWN_MILLIS
+        self._shut_down = False
 
     def gate(self, policy: Policy | str = "default") -> CompactionGate:
         """A gate reading this ledger whose every decision is recorded as telemetry."""
@@ -230,14 +246,26 @@ class Telemetry:
         return gate
 
     def shutdown(self) -> None:
-        """Flush and shut down the providers `configure` created (not the application's)."""
+        """Flush and shut down the providers `configure` created (not the application's).
+
+        With the OTLP endpoint unreachable this returns within `configure`'s documented bound;
+        it runs at interpreter exit when not called before, and a second call does nothing."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        atexit.unregister(self.shutdown)
+        for exporter in self._closing:
+            exporter.closing = True
         for provider in self._owned:
-            shutdown = getattr(provider, "shutdown", None)
-            if shutdown is not None:
-                try:
-                    shutdown()
-                except Exception:
-                    _log.exception("otel-compaction: provider shutdown failed")
+            try:
+                if isinstance(provider, SdkMeterProvider):
+                    provider.shutdown(timeout_millis=self._meter_shutdown_millis)
+                else:
+                    shutdown = getattr(provider, "shutdown", None)
+                    if shutdown is not None:
+                        shutdown()
+            except Exception:
+                _log.exception("otel-compaction: provider shutdown failed")
 
 
 def configure(
@@ -267,6 +295,22 @@ def configure(
     ``PrometheusMetricReader`` to it instead. When the endpoint cannot start (the port is
     taken, the extra is missing), the failure is logged and the rest works as configured.
 
+    Which exporters the created providers get: those ``OTEL_TRACES_EXPORTER`` and
+    ``OTEL_METRICS_EXPORTER`` name (``otlp``, ``console``, ``none``). Unset, a signal exports
+    over OTLP, except when a Prometheus endpoint is asked for: then it exports over OTLP only
+    if an endpoint is configured (``OTEL_EXPORTER_OTLP_ENDPOINT`` or the signal's
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``/``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``), so that a
+    setup without a Collector never sends to ``localhost:4318``.
+
+    Shutdown is bounded, whether by `Telemetry.shutdown` or at interpreter exit (which calls
+    it): each OTLP export gives up after the export timeout, ``OTEL_EXPORTER_OTLP_TIMEOUT`` or
+    the signal's ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT``/``OTEL_EXPORTER_OTLP_METRICS_TIMEOUT``
+    (seconds), else `DEFAULT_EXPORT_TIMEOUT_S` (2 s); shutdown waits for at most two exports per
+    signal (one in flight, one final flush), so with the OTLP endpoint refusing or never
+    answering it takes at most ``2 * (traces timeout + metrics timeout)``: 8 s by default.
+    Raise the timeouts for a slow Collector; what the ledger and the gate hold in-process is
+    never affected.
+
     Raises:
         ValueError: `prometheus_port` is not a port number.
 
@@ -275,21 +319,23 @@ def configure(
         >>> gate = telemetry.gate("default")  # doctest: +SKIP
     """
     ledger = ledger if ledger is not None else ObligationLedger()
+    port = _prometheus_port(prometheus_port)
+    otlp_by_default = port is None
     owns_tracer = owns_meter = False
+    closing: list[_ClosingSpanExporter] = []
     tracer_provider = tracer_provider or _installed_tracer_provider()
     if tracer_provider is None:
-        tracer_provider = _tracer_provider_from_env()
+        tracer_provider = _tracer_provider_from_env(otlp_by_default, closing)
         owns_tracer = True
         if set_global:
             trace.set_tracer_provider(tracer_provider)
     meter_provider = meter_provider or _installed_meter_provider()
-    port = _prometheus_port(prometheus_port)
     prometheus: _PrometheusEndpoint | None = None
     if meter_provider is None:
         if port is not None:
             prometheus = _PrometheusEndpoint.start(port, _prometheus_host(prometheus_host))
         extra = [prometheus.reader] if prometheus is not None else []
-        meter_provider = _meter_provider_from_env(extra)
+        meter_provider = _meter_provider_from_env(otlp_by_default, extra)
         owns_meter = True
         if set_global:
             metrics.set_meter_provider(meter_provider)
@@ -309,9 +355,15 @@ def configure(
         capture_content=capture_content,
         agent_name=agent_name,
     )
+    telemetry._closing = closing
+    telemetry._meter_shutdown_millis = 2 * 1000 * _export_timeout_s("METRICS")
     if prometheus is not None:
         telemetry.prometheus_address = prometheus.address
         telemetry._owned.append(prometheus)  # stopped after the meter provider
+    if telemetry._owned:
+        # In place of the SDK's own exit hooks (the providers are created without them), so
+        # that exit is bounded as `shutdown` is.
+        atexit.register(telemetry.shutdown)
     return telemetry
 
 
@@ -419,8 +471,44 @@ def _installed_meter_provider() -> MeterProvider | None:
     return provider if isinstance(provider, SdkMeterProvider) else None
 
 
-def _exporter_names(variable: str) -> list[str]:
-    value = os.environ.get(variable, "otlp")
+DEFAULT_EXPORT_TIMEOUT_S = 2.0
+"""Seconds an OTLP export of the providers `configure` creates may take, retries included,
+when neither ``OTEL_EXPORTER_OTLP_TIMEOUT`` nor the signal's own variable is set (the SDK's
+default is 10 s)."""
+_SDK_SHUTDOWN_MILLIS = 30_000
+
+
+def _export_timeout_s(signal: str) -> float:
+    """The OTLP export timeout of `signal` (``TRACES`` or ``METRICS``), read as the exporters
+    read it: the signal's variable, then the general one."""
+    for variable in (f"OTEL_EXPORTER_OTLP_{signal}_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"):
+        value = os.environ.get(variable, "").strip()
+        if not value:
+            continue
+        try:
+            timeout = float(value)
+        except ValueError:
+            timeout = -1.0
+        if timeout > 0:
+            return timeout
+        _log.warning(
+            "otel-compaction: %s=%r is not a timeout in seconds; using %g",
+            variable,
+            value,
+            DEFAULT_EXPORT_TIMEOUT_S,
+        )
+        return DEFAULT_EXPORT_TIMEOUT_S
+    return DEFAULT_EXPORT_TIMEOUT_S
+
+
+def _exporter_names(signal: str, otlp_by_default: bool) -> list[str]:
+    """The exporters ``OTEL_<signal>_EXPORTER`` names; unset, ``otlp`` when that is the
+    default or an OTLP endpoint is configured, else none."""
+    value = os.environ.get(f"OTEL_{signal}_EXPORTER")
+    if value is None:
+        endpoints = (f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+        configured = any(os.environ.get(name, "").strip() for name in endpoints)
+        value = "otlp" if otlp_by_default or configured else "none"
     return [name.strip().lower() for name in value.split(",") if name.strip()]
 
 
@@ -429,24 +517,56 @@ def _http() -> bool:
     return protocol.startswith("http")
 
 
-def _tracer_provider_from_env() -> SdkTracerProvider:
+class _ClosingSpanExporter(SpanExporter):
+    """An OTLP span exporter that, once shutdown has begun (`closing`) and an export has failed,
+    fails the remaining batches at once: with the endpoint down, each would otherwise wait its
+    own export timeout and the final flush would have no bound."""
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self._exporter = exporter
+        self.closing = False
+        self._failed_while_closing = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._failed_while_closing:
+            return SpanExportResult.FAILURE
+        result = self._exporter.export(spans)
+        if self.closing and result is not SpanExportResult.SUCCESS:
+            self._failed_while_closing = True
+        return result
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._exporter.force_flush(timeout_millis)
+
+
+def _tracer_provider_from_env(
+    otlp_by_default: bool, closing: list[_ClosingSpanExporter]
+) -> SdkTracerProvider:
     delegate: Sampler = _get_from_env_or_default()
-    provider = SdkTracerProvider(resource=Resource.create(), sampler=ObligationSampler(delegate))
-    for name in _exporter_names("OTEL_TRACES_EXPORTER"):
+    provider = SdkTracerProvider(
+        resource=Resource.create(), sampler=ObligationSampler(delegate), shutdown_on_exit=False
+    )
+    for name in _exporter_names("TRACES", otlp_by_default):
         exporter: SpanExporter | None = None
         if name == "otlp":
+            timeout = _export_timeout_s("TRACES")
             if _http():
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                     OTLPSpanExporter as HttpSpanExporter,
                 )
 
-                exporter = HttpSpanExporter()
+                otlp: SpanExporter = HttpSpanExporter(timeout=timeout)
             else:
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
                     OTLPSpanExporter as GrpcSpanExporter,
                 )
 
-                exporter = GrpcSpanExporter()
+                otlp = GrpcSpanExporter(timeout=timeout)
+            exporter = _ClosingSpanExporter(otlp)
+            closing.append(exporter)
         elif name == "console":
             exporter = ConsoleSpanExporter()
         elif name != "none":
@@ -456,26 +576,31 @@ def _tracer_provider_from_env() -> SdkTracerProvider:
     return provider
 
 
-def _meter_provider_from_env(extra: list[MetricReader] | None = None) -> SdkMeterProvider:
+def _meter_provider_from_env(
+    otlp_by_default: bool, extra: list[MetricReader] | None = None
+) -> SdkMeterProvider:
     readers: list[MetricReader] = list(extra or ())
-    for name in _exporter_names("OTEL_METRICS_EXPORTER"):
+    for name in _exporter_names("METRICS", otlp_by_default):
         if name == "otlp":
+            timeout = _export_timeout_s("METRICS")
             if _http():
                 from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
                     OTLPMetricExporter as HttpMetricExporter,
                 )
 
-                readers.append(PeriodicExportingMetricReader(HttpMetricExporter()))
+                readers.append(PeriodicExportingMetricReader(HttpMetricExporter(timeout=timeout)))
             else:
                 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
                     OTLPMetricExporter as GrpcMetricExporter,
                 )
 
-                readers.append(PeriodicExportingMetricReader(GrpcMetricExporter()))
+                readers.append(PeriodicExportingMetricReader(GrpcMetricExporter(timeout=timeout)))
         elif name == "console":
             from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
             readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
         elif name != "none":
             _log.warning("otel-compaction: unknown OTEL_METRICS_EXPORTER %r ignored", name)
-    return SdkMeterProvider(resource=Resource.create(), metric_readers=readers)
+    return SdkMeterProvider(
+        resource=Resource.create(), metric_readers=readers, shutdown_on_exit=False
+    )

@@ -790,6 +790,97 @@ def test_guarded_builtin_defers_refuses_or_holds(pipeline: Pipeline) -> None:
     assert [d[sc.ACTION] for d in pipeline.decisions()] == ["defer", "refuse", "refuse"]
 
 
+SYSTEM = SystemMessage("You operate the web fleet. Never restart both hosts at once.")
+
+
+def _summarized(model: ToolCallingFakeModel) -> str:
+    """The one prompt the built-in middleware sent its summary model."""
+    [[prompt]] = model.prompts
+    return str(prompt.content)
+
+
+def _prompt_for(builtin: SummarizationMiddleware, messages: list[AnyMessage]) -> str:
+    """The summary prompt LangChain renders for exactly `messages`."""
+    return builtin._format_summary_prompt(builtin._trim_messages_for_summary(messages))
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_guarded_builtin_keeps_the_head_and_summarizes_exactly_the_allowed_span(
+    pipeline: Pipeline, asynchronous: bool
+) -> None:
+    history = _with_ids([SYSTEM, *SPLIT_RESPONSE, HumanMessage("Thanks. Anything else?")])
+    summary_model = scripted("Restarted web-1 and web-2 (c1, c2); both came back.")
+    builtin = SummarizationMiddleware(summary_model, trigger=("messages", 4), keep=("messages", 8))
+    lc.guard_builtin_summarization(telemetry=pipeline.telemetry)
+    agent = create_agent(scripted("No."), tools=[restart, lookup], middleware=[builtin])
+
+    if asynchronous:
+        out = asyncio.run(agent.ainvoke({"messages": history}))
+    else:
+        out = agent.invoke({"messages": history})
+
+    # Asked to keep 8 (a cut at 5, moved back by LangChain to c2's call at 3); the gate keeps
+    # the system message and extends the span to the first cut closing both calls.
+    assert [(d[sc.ACTION], d[sc.SPAN_START], d[sc.SPAN_END]) for d in pipeline.decisions()] == [
+        ("compact", 1, 6)
+    ]
+    messages = out["messages"]
+    assert messages[0].id == "m0"
+    assert messages[0].content == SYSTEM.content and isinstance(messages[0], SystemMessage)
+    summary = messages[1]
+    assert isinstance(summary, HumanMessage)
+    assert summary.content == (
+        "Here is a summary of the conversation to date:\n\n"
+        "Restarted web-1 and web-2 (c1, c2); both came back."
+    )
+    assert [m.id for m in messages[2:-1]] == [f"m{i}" for i in range(6, 13)]
+    assert [m.content for m in messages[2:-1]] == [m.content for m in history[6:]]
+    assert messages[-1].content == "No."
+    # Exactly the allowed span went to the summary model.
+    assert _summarized(summary_model) == _prompt_for(builtin, history[1:6])
+
+
+def test_guarded_builtin_deferral_keeps_the_head_and_holds_the_live_span(
+    pipeline: Pipeline,
+) -> None:
+    history = _with_ids([SYSTEM, *PROMISE])
+    summary_model = scripted("Zone shop.example has 40 records (c1); the user approved the move.")
+    builtin = SummarizationMiddleware(summary_model, trigger=("messages", 4), keep=("messages", 2))
+    lc.guard_builtin_summarization(telemetry=pipeline.telemetry)
+    agent = create_agent(
+        scripted("Still verifying the TTLs."), tools=[lookup], middleware=[builtin]
+    )
+
+    out = agent.invoke({"messages": history})
+
+    # LangChain asks for [0, 8); the promise at 6 is live, so the gate defers to [1, 6).
+    [decision] = pipeline.decisions()
+    assert (decision[sc.ACTION], decision[sc.REQUESTED_END]) == ("defer", 8)
+    assert (decision[sc.SPAN_START], decision[sc.SPAN_END]) == (1, 6)
+    messages = out["messages"]
+    assert (messages[0].id, messages[0].content) == ("m0", SYSTEM.content)
+    assert messages[1].content == (
+        "Here is a summary of the conversation to date:\n\n"
+        "Zone shop.example has 40 records (c1); the user approved the move."
+    )
+    assert [m.id for m in messages[2:-1]] == ["m6", "m7", "m8", "m9"]  # the promise, verbatim
+    assert messages[2].content == "I'll verify the TTLs before proceeding."
+    assert messages[-1].content == "Still verifying the TTLs."
+    assert _summarized(summary_model) == _prompt_for(builtin, history[1:6])
+
+
+def test_guarded_builtin_without_a_head_summarizes_from_the_start(pipeline: Pipeline) -> None:
+    history = _with_ids([*SPLIT_RESPONSE, HumanMessage("Thanks. Anything else?")])
+    summaries: list[list[AnyMessage]] = []
+    builtin = builtin_middleware(8, summaries)
+    lc.guard_builtin_summarization(telemetry=pipeline.telemetry)
+    agent = create_agent(scripted("No."), tools=[restart, lookup], middleware=[builtin])
+    out = agent.invoke({"messages": history})
+    assert [m.id for m in summaries[0]] == [f"m{i}" for i in range(5)]
+    assert out["messages"][0].content.endswith("SUMMARY")
+    assert [m.id for m in out["messages"][1:-1]] == [f"m{i}" for i in range(5, 12)]
+
+
 def test_instrument_guards_the_builtin_middleware_when_the_environment_asks(
     pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:

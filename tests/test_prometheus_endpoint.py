@@ -5,6 +5,7 @@ failures that never break the application."""
 from __future__ import annotations
 
 import http.client
+import importlib
 import logging
 import socket
 import sys
@@ -17,6 +18,10 @@ from e2e_servers import LOOPBACK
 from observability_files import ALERTS, dashboard_queries, load_yaml, metric_names
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
+from otlp_receiver import (
+    OtlpReceiver,
+    otlp_receiver_fixture,  # noqa: F401 - pytest fixture
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_compaction import conversation, semconv, telemetry
@@ -273,3 +278,88 @@ def test_two_configurations_keep_their_metrics_apart(configured: list[Telemetry]
     two = _families(_scrape(second.prometheus_address))
     assert [s.value for s in one["compaction_obligations_open"].samples] == [1]
     assert "compaction_obligations_open" not in two
+
+
+_OTLP_EXPORTERS = (
+    ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter"),
+    ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "OTLPMetricExporter"),
+    ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
+    ("opentelemetry.exporter.otlp.proto.grpc.metric_exporter", "OTLPMetricExporter"),
+)
+_OTLP_SETTINGS = (
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+)
+
+
+def _otlp_exporters_made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every OTLP exporter constructed from now on, as ``<module>.<class>`` (each still the
+    real exporter): none constructed, no connection to the default ``localhost:4317/4318``."""
+    made: list[str] = []
+    for module_name, class_name in _OTLP_EXPORTERS:
+        module = importlib.import_module(module_name)
+        real = getattr(module, class_name)
+
+        def construct(*args: Any, _real: Any = real, _name: str = module_name, **kw: Any) -> Any:
+            made.append(f"{_name}.{_real.__name__}")
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(module, class_name, construct)
+    return made
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_prometheus_without_an_otlp_endpoint_exports_nothing_over_otlp(
+    configured: list[Telemetry], monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    for name in _OTLP_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    made = _otlp_exporters_made(monkeypatch)
+    monkeypatch.setattr(telemetry, "_installed_tracer_provider", lambda: None)
+    result = configure(set_global=False, prometheus_port=0)
+    configured.append(result)
+    assert made == []
+    assert result.prometheus_address is not None
+    result.recorder.call("write_config", "c1")
+    families = _families(_scrape(result.prometheus_address))
+    assert [s.value for s in families["compaction_obligations_open"].samples] == [1]
+
+
+def test_prometheus_with_an_otlp_endpoint_exports_there_too(
+    configured: list[Telemetry], monkeypatch: pytest.MonkeyPatch, otlp_receiver: OtlpReceiver
+) -> None:
+    for name in _OTLP_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint_http)
+    made = _otlp_exporters_made(monkeypatch)
+    monkeypatch.setattr(telemetry, "_installed_tracer_provider", lambda: None)
+    result = configure(set_global=False, prometheus_port=0)
+    configured.append(result)
+    assert made == [
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter.OTLPSpanExporter",
+        "opentelemetry.exporter.otlp.proto.http.metric_exporter.OTLPMetricExporter",
+    ]
+    assert result.prometheus_address is not None
+    result.recorder.call("search", "s1").result("found")
+    families = _families(_scrape(result.prometheus_address))
+    assert "gen_ai_execute_tool_duration_seconds" in families
+    result.shutdown()
+    [span] = otlp_receiver.wait_for_spans("execute_tool search")
+    assert span.attributes[semconv.GEN_AI_TOOL_CALL_ID] == "s1"
+
+
+def test_prometheus_and_otlp_when_the_exporter_variable_asks_for_it(
+    configured: list[Telemetry], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in _OTLP_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+    made = _otlp_exporters_made(monkeypatch)
+    monkeypatch.setattr(telemetry, "_installed_tracer_provider", lambda: None)
+    configured.append(configure(set_global=False, prometheus_port=0))
+    assert made == ["opentelemetry.exporter.otlp.proto.http.metric_exporter.OTLPMetricExporter"]

@@ -11,7 +11,10 @@ the verified summary as a ``HumanMessage`` and the kept messages as the original
 `guard_builtin_summarization` keeps the built-in middleware (and its summary model) but
 checks the cut it planned with the gate before it summarizes: a cut that would sever a tool
 call from its result, or fall inside a live span (an unkept promise, a retry not yet
-successful), is moved to where the gate allows it, or refused.
+successful), is moved to where the gate allows it, or refused. The built-in middleware
+summarizes everything before its cut; guarded, it summarizes exactly the span the gate allowed,
+and the protected head (the system message, whatever the policy protects) stays verbatim in
+front of the summary: the new state is head, summary, kept messages.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, cast
 
 import wrapt
@@ -343,8 +348,9 @@ class _BuiltinGuard:
         self.telemetry = telemetry
         self.on_refuse: OnRefuse = on_refuse
 
-    def cut(self, messages: Sequence[AnyMessage], planned: int) -> int:
-        """The cut the gate allows in place of `planned`; 0 holds every message."""
+    def span(self, messages: Sequence[AnyMessage], planned: int) -> tuple[int, int]:
+        """The span ``[start, end)`` the gate allows to summarize in place of ``[0, planned)``
+        (``start`` past the protected head); an empty span holds every message."""
         conversation = conversation_of()
         if self.telemetry is not None:
             resolve_from_messages(self.telemetry.recorder, messages, conversation)
@@ -357,26 +363,43 @@ class _BuiltinGuard:
                     analysis, 0, end, conversation_id=conversation, raise_on_refuse=False
                 )
             except SpanError:  # nothing after the protected head
-                return 0
+                return 0, 0
             if decision.action == "refuse":
                 return self._refused(decision)
             if not (decision.extended and decision.span[1] > limit):
-                return decision.span[1]
+                return decision.span
             # The extension would eat the messages kept verbatim: an earlier closed cut.
             earlier = next((c for c in range(end - 1, 0, -1) if analysis.pair_closed[c]), None)
             if earlier is None:
-                return 0
+                return 0, 0
             end = earlier
 
-    def _refused(self, decision: Decision) -> int:
+    def _refused(self, decision: Decision) -> tuple[int, int]:
         if self.on_refuse == "raise":
             raise refusal_error(decision)
         _log.warning("otel-compaction: %s; holding every message verbatim", decision.outline())
-        return 0
+        return 0, 0
+
+
+@dataclass
+class _Plan:
+    """The gate's span for one ``before_model`` of the built-in middleware, from its cut to
+    its partition and its new messages: these are three methods called in turn on the same
+    message list, within one context (thread or task)."""
+
+    messages: Sequence[AnyMessage]
+    start: int
+    end: int
+    partitioned: bool = False
+
+
+_plan: ContextVar[_Plan | None] = ContextVar("otel_compaction_builtin_plan", default=None)
 
 
 _guard_lock = threading.Lock()
 _CUTOFF = "_determine_cutoff_index"
+_PARTITION = "_partition_messages"
+_NEW_MESSAGES = "_build_new_messages"
 
 
 def guard_builtin_summarization(
@@ -409,17 +432,33 @@ def guard_builtin_summarization(
             return False
         if not isinstance(current, wrapt.FunctionWrapper):
             wrapt.wrap_function_wrapper(SummarizationMiddleware, _CUTOFF, _guarded_cutoff)
+            # Without these two, the span's head is summarized with it (the cut is all the
+            # built-in middleware knows); where they are missing, it still is.
+            _wrap_if_present(_PARTITION, _guarded_partition)
+            _wrap_if_present(_NEW_MESSAGES, _with_head)
         _installed.guard = guard
     return True
+
+
+def _wrap_if_present(name: str, wrapper: Callable[..., Any]) -> None:
+    if name in SummarizationMiddleware.__dict__:
+        wrapt.wrap_function_wrapper(SummarizationMiddleware, name, wrapper)
+    else:
+        _log.warning(
+            "otel-compaction: this langchain's SummarizationMiddleware has no %s; "
+            "its summary covers the protected head too",
+            name,
+        )
 
 
 def unguard_builtin_summarization() -> None:
     """Restore the built-in ``SummarizationMiddleware`` as LangChain ships it."""
     with _guard_lock:
         _installed.guard = None
-        current = SummarizationMiddleware.__dict__.get(_CUTOFF)
-        if isinstance(current, wrapt.FunctionWrapper):
-            setattr(SummarizationMiddleware, _CUTOFF, current.__wrapped__)
+        for name in (_CUTOFF, _PARTITION, _NEW_MESSAGES):
+            current = SummarizationMiddleware.__dict__.get(name)
+            if isinstance(current, wrapt.FunctionWrapper):
+                setattr(SummarizationMiddleware, name, current.__wrapped__)
 
 
 def builtin_summarization_guarded() -> bool:
@@ -430,15 +469,52 @@ def builtin_summarization_guarded() -> bool:
 def _guarded_cutoff(
     wrapped: Callable[..., int], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> int:
+    _plan.set(None)
     planned = wrapped(*args, **kwargs)
     guard = _installed.guard
     if guard is None or planned <= 0:
         return planned
     messages = cast("Sequence[AnyMessage]", args[0] if args else kwargs["messages"])
     try:
-        return guard.cut(messages, planned)
+        start, end = guard.span(messages, planned)
     except CompactionRefused:
         raise
     except Exception:  # the guard must never break the agent: fall back to the plain cut
         _log.exception("otel-compaction: guarding the built-in summarization failed")
         return planned
+    if start >= end:
+        return 0
+    if start > 0:
+        _plan.set(_Plan(messages, start, end))
+    return end
+
+
+def _guarded_partition(
+    wrapped: Callable[..., tuple[list[AnyMessage], list[AnyMessage]]],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[list[AnyMessage], list[AnyMessage]]:
+    """The gate's span to summarize, not the head before it."""
+    summarized, preserved = wrapped(*args, **kwargs)
+    plan = _plan.get()
+    messages = args[0] if args else kwargs.get("conversation_messages")
+    if plan is None or plan.messages is not messages or len(summarized) != plan.end:
+        return summarized, preserved
+    plan.partitioned = True
+    return summarized[plan.start :], preserved
+
+
+def _with_head(
+    wrapped: Callable[..., list[BaseMessage]],
+    instance: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> list[BaseMessage]:
+    """The summary message, with the protected head verbatim in front of it."""
+    new_messages = wrapped(*args, **kwargs)
+    plan = _plan.get()
+    if plan is None or not plan.partitioned:
+        return new_messages
+    _plan.set(None)
+    return [*plan.messages[: plan.start], *new_messages]
