@@ -519,43 +519,49 @@ def _report(out: TextIO, config: DemoConfig, pairs: list[tuple[RunStats, RunStat
     out.write("\n" + _NEXT_STEPS)
 
 
-_COLUMNS = ("compacted", "deferred", "refused", "severed", "duplicates", "peak")
+_COLUMNS = (("compacted", 9), ("deferred", 8), ("refused", 7), ("severed", 7),
+            ("duplicates", 10), ("peak", 6), ("done", 4))  # fmt: skip
+"""Each column's header and width: 78 columns with the seed and the run."""
 
 
 def _table(out: TextIO, config: DemoConfig, pairs: list[tuple[RunStats, RunStats]]) -> None:
-    header = f"{'seed':>4}  {'run':7}" + "".join(f"  {c:>{len(c)}}" for c in _COLUMNS)
-    header = header.replace("  peak", "   peak ") + "  done"
+    # The peak's header leaves room for the "!" after a peak over the budget.
+    header = _line("seed", "run", [f"{name} " if name == "peak" else name for name, _ in _COLUMNS])
     rule = "-" * len(header)
     lines = [header, rule]
     for naive, guarded in pairs:
         for stats in (naive, guarded):
-            seed = f"{stats.seed:>4}" if stats is naive else ""
-            done = "yes" if stats.finished else "no"
-            lines.append(_row(seed, stats.compactor, [stats], config, f"{done:>4}"))
+            seed = str(stats.seed) if stats is naive else ""
+            lines.append(_line(seed, stats.compactor, _cells([stats], config)))
     lines.append(rule)
     for index, name in enumerate(("naive", "guarded")):
-        runs = [pair[index] for pair in pairs]
-        done = f"{sum(r.finished for r in runs)}/{len(runs)}"
-        lines.append(_row("all", name, runs, config, f"{done:>4}"))
+        lines.append(_line("all", name, _cells([pair[index] for pair in pairs], config)))
     out.write("\n" + "\n".join(lines) + "\n")
 
 
-def _row(seed: str, name: str, runs: list[RunStats], config: DemoConfig, done: str) -> str:
-    """One line of the table: `runs` summed (their peak is the highest); "-" where the naive
-    compactor has no such step; "!" after a peak over the budget."""
-    guarded = name == "guarded"
+def _line(seed: str, name: str, cells: Sequence[str]) -> str:
+    columns = "".join(
+        f"  {cell:>{width}}" for cell, (_, width) in zip(cells, _COLUMNS, strict=True)
+    )
+    return f"{seed:>4}  {name:7}{columns}"
+
+
+def _cells(runs: list[RunStats], config: DemoConfig) -> list[str]:
+    """`runs` summed (their peak is the highest; one run is done or not, of several those done
+    are counted); "-" where the naive compactor has no such step; "!" after a peak over the
+    budget."""
+    guarded = runs[0].compactor == "guarded"
     peak = max(r.peak_tokens for r in runs)
-    values = [
+    finished = sum(r.finished for r in runs)
+    return [
         str(sum(r.compactions for r in runs)),
         str(sum(r.deferrals for r in runs)) if guarded else "-",
         str(sum(r.refusals for r in runs)) if guarded else "-",
         str(sum(r.severed for r in runs)),
         str(sum(r.duplicates for r in runs)),
-        f"{peak:,}",
+        f"{peak:,}" + ("!" if peak > config.budget else " "),
+        str(finished) if len(runs) > 1 else ("yes" if finished else "no"),
     ]
-    cells = "".join(f"  {v:>{max(len(c), 5)}}" for c, v in zip(_COLUMNS, values, strict=True))
-    over = "!" if peak > config.budget else " "
-    return f"{seed:>4}  {name:7}{cells}{over} {done}"
 
 
 _LEGEND = """
@@ -570,7 +576,7 @@ severed     severed calls: calls compacted away while their results were still
 duplicates  duplicate side effects: a write or restart done again because the
             agent could no longer see that it had been done
 peak        most context tokens after any step; ! marks a peak over the budget
-done        the agent finished every service
+done        the agent finished every service (all: in how many runs)
 -           the naive compactor never defers or refuses
 """
 
