@@ -53,6 +53,30 @@ class _ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_INPUT, f"otel-compaction: error: {message} (see: {self.prog} --help)\n")
 
 
+def _demo_arguments(demo: argparse.ArgumentParser) -> None:
+    """The demo's options; a function of their own keeps `_parser` within its length."""
+    demo.add_argument("--runs", type=int, default=12, help="seeded runs (default: 12)")
+    demo.add_argument("--seed", type=int, default=1, help="first seed (default: 1)")
+    demo.add_argument(
+        "--services", type=int, default=6, help="services each agent reconfigures (default: 6)"
+    )
+    demo.add_argument(
+        "--budget", type=int, default=2_400, help="context budget in tokens (default: 2400)"
+    )
+    demo.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="draw the first seed's two runs, step by step, as FILE (.svg or .png; needs "
+        "the plot extra: pip install 'otel-compaction[plot]')",
+    )
+    noise = demo.add_mutually_exclusive_group()
+    noise.add_argument(
+        "--verbose", action="store_true", help="print the gate's spans and each seed's progress"
+    )
+    noise.add_argument("--quiet", action="store_true", help="print only the report")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
         prog="otel-compaction",
@@ -110,21 +134,11 @@ def _parser() -> argparse.ArgumentParser:
         help="run the simulated agent with a naive and a guarded compactor, side by side",
         description="A simulation (a scripted agent, no model) that reconfigures services "
         "through tools whose results arrive late, so the context fills with calls in flight. "
-        "Each seed runs twice: a naive token-threshold compactor and the guarded one. "
-        "Decision spans print to stderr, or go over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT "
-        "is set.",
+        "Each seed runs twice: a naive token-threshold compactor and the guarded one. The "
+        "report fits 80 columns. The gate's spans print to stderr with --verbose, and go "
+        "over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set.",
     )
-    demo.add_argument("--runs", type=int, default=12, help="seeded runs (default: 12)")
-    demo.add_argument("--seed", type=int, default=1, help="first seed (default: 1)")
-    demo.add_argument(
-        "--services", type=int, default=6, help="services each agent reconfigures (default: 6)"
-    )
-    demo.add_argument(
-        "--budget", type=int, default=2_400, help="context budget in tokens (default: 2400)"
-    )
-    demo.add_argument(
-        "--quiet", action="store_true", help="print only the table (no progress, no spans)"
-    )
+    _demo_arguments(demo)
 
     policy = commands.add_parser("policy", help="show, validate or describe policies")
     actions = policy.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -592,17 +606,30 @@ def _write_archive_list(out: TextIO, path: str, spans: list[ArchivedSpan]) -> No
 
 
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    from otel_compaction.demo import DemoConfig, demo_telemetry, run_demo
+    from otel_compaction import demo
 
     if args.runs < 1 or not 1 <= args.services <= 10 or args.budget < 200:
         raise CompactionError("demo: --runs >= 1, --services 1..10 and --budget >= 200")
-    stream = None if args.quiet else sys.stderr
-    telemetry, exporter = demo_telemetry(stream)
-    config = DemoConfig(runs=args.runs, seed=args.seed, services=args.services, budget=args.budget)
+    if args.plot is not None:
+        demo.plot_format(args.plot)
+        demo.require_matplotlib()
+    telemetry, exporter = demo.demo_telemetry(sys.stderr if args.verbose else None)
+    config = demo.DemoConfig(
+        runs=args.runs, seed=args.seed, services=args.services, budget=args.budget
+    )
+    in_place = not args.verbose and sys.stderr.isatty()
+    progress = None if args.quiet or not (args.verbose or in_place) else sys.stderr
     try:
-        run_demo(config, telemetry=telemetry, out=out, progress=stream)
+        pairs = demo.run_demo(
+            config, telemetry=telemetry, out=out, progress=progress, in_place=in_place
+        )
     finally:
         telemetry.shutdown()
     if exporter is not None:
         out.write(f"{exporter.tool_spans} tool-call and result spans recorded\n")
+    elif demo.otlp_endpoint_set():
+        out.write("The guarded runs' spans and metrics went over OTLP.\n")
+    if args.plot is not None:
+        demo.plot(*pairs[0], config, args.plot)
+        out.write(f"Seed {config.seed}, both runs, drawn in {args.plot}\n")
     return EXIT_OK

@@ -85,7 +85,8 @@ class CompactionResult:
     """What one compaction did. ``messages`` is the new transcript; the input is untouched.
 
     ``compacted`` is False when nothing was replaced: below the trigger, nothing compactable,
-    or every summary failed verification and the span was held verbatim.
+    or the span was held verbatim because every summary failed verification or the summary
+    was not smaller, in tokens, than the span it would replace; ``reason`` says which.
     """
 
     messages: list[Any]
@@ -483,6 +484,8 @@ def _record(span: trace.Span, result: CompactionResult, capture: bool) -> None:
         attributes[semconv.SPAN_START], attributes[semconv.SPAN_END] = result.span
     if result.archive_handle:
         attributes[semconv.ARCHIVE_HANDLE] = result.archive_handle
+    if not result.compacted:
+        attributes[semconv.HOLD_REASON] = result.reason
     span.set_attributes(attributes)
     if result.compacted:
         span.add_event(semconv.EVENT_CONVERSATION_COMPACTED, attributes)

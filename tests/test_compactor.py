@@ -918,11 +918,52 @@ def test_unverified_summary_is_recorded_as_rejected(pipeline: Pipeline) -> None:
         False,
         2,
     )
+    assert attrs["compaction.hold.reason"] == "the summary failed verification; span held verbatim"
     [event] = apply.events
     assert event.name == sc.EVENT_SUMMARY_REJECTED
     missing = (event.attributes or {})[sc.MISSING]
     assert isinstance(missing, Sequence)
     assert list(missing) == ["identifiers: 1"]  # by count: the value is content, capture is off
+
+
+@pytest.mark.parametrize(("smaller_by", "compacted"), [(1, True), (0, False), (-1, False)])
+def test_summary_not_smaller_than_its_span_holds_the_span(
+    pipeline: Pipeline, smaller_by: int, compacted: bool
+) -> None:
+    messages = closed_conversation()
+    before = copy.deepcopy(messages)
+    # Tokens are characters of the JSON form: the summary message is `smaller_by` tokens
+    # smaller than message 1, the span it would replace.
+    span_tokens = len(json.dumps(messages[1], ensure_ascii=False))
+    empty_summary = len(json.dumps({"role": "user", "content": ""}))
+    summary = "x" * (span_tokens - empty_summary - smaller_by)
+    total = sum(len(json.dumps(m, ensure_ascii=False)) for m in messages)
+    c = GuardedCompactor(
+        Recording((summary,)), budget=100_000, token_counter=len, telemetry=pipeline.telemetry
+    )
+
+    result = c.compact(messages, end=2, force=True)
+
+    assert (result.compacted, result.span, result.summary) == (compacted, (1, 2), summary)
+    assert messages == before
+    [apply] = pipeline.spans(prefix="compaction.apply")
+    attrs = dict(apply.attributes or {})
+    if compacted:
+        assert (result.tokens_before, result.tokens_after) == (total, total - 1)
+        assert result.messages == [before[0], {"role": "user", "content": summary}, *before[2:]]
+        assert result.reason == ""
+        assert "compaction.hold.reason" not in attrs
+        assert [e.name for e in apply.events] == ["gen_ai.conversation.compacted"]
+    else:
+        assert (result.tokens_before, result.tokens_after) == (total, total)
+        assert result.messages == before
+        assert result.reason == "the summary is no smaller than the span"
+        assert attrs["compaction.hold.reason"] == "the summary is no smaller than the span"
+        assert apply.events == ()
+    assert (attrs["compaction.compacted"], attrs["compaction.tokens.after"]) == (
+        compacted,
+        result.tokens_after,
+    )
 
 
 # --------------------------------------------------------------------------------------------
