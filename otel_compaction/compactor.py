@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -66,6 +67,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+_MAX_HELD = 64  # spans remembered as held; a transcript rarely has more than a few
+_NO_SMALLER = "the summary is no smaller than the span"
 
 
 class SummaryRejected(LiveSpanCompactionError):
@@ -152,6 +156,9 @@ class GuardedCompactor:
         self.token_counts = MessageTokens(self.count_tokens)
         """Each message's count kept between calls: a transcript that grew costs its new
         messages."""
+        self._held: OrderedDict[tuple[int, ...], list[Any]] = OrderedDict()
+        """Spans whose summary came out no smaller, by the identity of their messages (kept
+        alive here, so the identities stay theirs): not summarized again while unchanged."""
         _log.info("otel-compaction: counting tokens with %s", counter_name(self.count_tokens))
         provider = (
             telemetry.tracer_provider if telemetry is not None else trace.get_tracer_provider()
@@ -398,6 +405,13 @@ class GuardedCompactor:
     ) -> CompactionResult:
         start, end = decision.span
         span_messages = original[start:end]
+        held = (start, *map(id, span_messages))
+        if held in self._held:
+            self._held.move_to_end(held)
+            return CompactionResult(
+                original, False, decision, (start, end), None, None, before, before, None, 0,
+                _NO_SMALLER,
+            )  # fmt: skip
         handle = None
         if self.archive is not None:
             handle = self.archive.put(
@@ -428,9 +442,12 @@ class GuardedCompactor:
         spanned = sum(self.message_tokens(original)[start:end])
         after = before - spanned + self.count_tokens(message_text(replacement))
         if after >= before:
+            self._held[held] = span_messages
+            while len(self._held) > _MAX_HELD:
+                self._held.popitem(last=False)
             return CompactionResult(
                 original, False, decision, (start, end), summary, handle, before, before,
-                verification, attempts, "the summary is no smaller than the span",
+                verification, attempts, _NO_SMALLER,
             )  # fmt: skip
         if handle is not None and self.archive is not None:
             self.archive.attach_summary(handle, summary)

@@ -966,6 +966,29 @@ def test_summary_not_smaller_than_its_span_holds_the_span(
     )
 
 
+def test_a_span_held_as_no_smaller_is_not_summarized_again_while_unchanged() -> None:
+    messages = closed_conversation()
+    span_tokens = len(json.dumps(messages[1], ensure_ascii=False))
+    summarizer = Recording(("x" * span_tokens,))  # never smaller than message 1
+    c = GuardedCompactor(summarizer, budget=100_000, token_counter=len)
+
+    first = c.compact(messages, end=2, force=True)
+    again = c.compact(messages, end=2, force=True)
+    assert (first.compacted, again.compacted) == (False, False)
+    assert len(summarizer.requests) == 1
+    assert again.reason == "the summary is no smaller than the span"
+    assert (again.span, again.messages, again.summary, again.attempts) == (
+        (1, 2),
+        messages,
+        None,
+        0,
+    )
+
+    changed = [messages[0], {**messages[1]}, *messages[2:]]  # another message object: asked again
+    c.compact(changed, end=2, force=True)
+    assert len(summarizer.requests) == 2
+
+
 # --------------------------------------------------------------------------------------------
 # 7. Every transcript format
 # --------------------------------------------------------------------------------------------
