@@ -15,7 +15,8 @@ And where the CLI's time goes, stage by stage:
 
 * ``start, imports, policy``: the same command on an event the hook ignores (interpreter
   start, the imports of the command path, the policy load: what every hook run pays);
-* ``read``: `read_session`, the log into messages;
+* ``read``: `read_session`, the log into messages (these three in process, the collector
+  paused as the hook process pauses it);
 * ``gate``: the analysis and the decision over the context (`Guard.before_compaction`
   without archiving or recording);
 * ``archive``: storing the context verbatim (canonical JSON, SHA-256, one SQLite transaction);
@@ -46,6 +47,7 @@ from otel_compaction.archive import Archive
 from otel_compaction.gate import CompactionGate
 from otel_compaction.hooks import run_hook
 from otel_compaction.hooks.guard import Guard, context_of
+from otel_compaction.hooks.run import collector_paused
 from otel_compaction.policy import Policy
 from otel_compaction.sessions import read_session
 
@@ -208,10 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             timings.process(STAGES[0], command, ignored, env)
             grown += 1
             grow(session, grown)
-            read = timings.call(STAGES[1], read_session, session)
             guard = Guard(CompactionGate(policy), home)  # a fresh gate, as in a new process
-            timings.call(STAGES[2], guard.before_compaction, read, archive=False, record=False)
-            timings.call(STAGES[3], archive_context, root / "stages.sqlite3", context_of(read))
+            with collector_paused():  # as the hook process runs them
+                read = timings.call(STAGES[1], read_session, session)
+                timings.call(STAGES[2], guard.before_compaction, read, archive=False, record=False)
+                timings.call(STAGES[3], archive_context, root / "stages.sqlite3", context_of(read))
         assert outcome is not None
     report(timings, size, lines, outcome.exit_code, outcome.stderr)
     return 0
