@@ -2,9 +2,11 @@
 
 The session is built the way Claude Code writes one (a record per content block, tool results
 in their own records, plenty of records that are not messages) from the real corpus'
-transcripts, repeated until the file holds about 10 MB. Before every hook run the session
-grows by one assistant record, as a live session does between compactions, so each run
-archives a span the archive does not hold yet. Measured, best of the rounds:
+transcripts (the synthetic transcript of ``_corpus`` when there is no corpus), repeated until
+the file holds about 10 MB; ``--session`` times a copy of a real log instead. Before every
+hook run the session grows by one assistant record, as a live session does between
+compactions, so each run archives a span the archive does not hold yet. Measured, best of
+the rounds:
 
 * ``parse only``: reading the file and decoding every JSON line (the floor any hook pays);
 * ``hook, in process``: `run_hook` on the PreCompact payload (read, gate, archive, state);
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from _corpus import corpus_dir, load_corpus
+from _corpus import corpus_dir, load_corpus, synthetic_messages
 from _report import each_round, keep_best, verdict
 
 from otel_compaction.archive import Archive
@@ -95,15 +98,27 @@ def claude_records(
     return out
 
 
-def build_session(path: Path, target_bytes: int) -> int:
-    """Write a session log of about `target_bytes` at `path`; return its size."""
-    corpus = [r for r in load_corpus(corpus_dir(None)) if r.source == "tau_bench_gpt4o_airline"]
+def transcripts(corpus: str | None) -> tuple[str, list[list[dict[str, Any]]]]:
+    """What the session is made of, and its description: the corpus' airline transcripts, or
+    (without a corpus) the synthetic transcript in pieces of a few turns."""
+    directory = corpus_dir(corpus)
+    airline = [r for r in load_corpus(directory) if r.source == "tau_bench_gpt4o_airline"]
+    if airline:
+        return "the corpus' airline transcripts", [r.messages for r in airline]
+    synthetic = synthetic_messages(60_000)
+    pieces = [synthetic[i : i + 60] for i in range(0, len(synthetic), 60)]
+    return f"the synthetic transcript (no corpus at {directory})", pieces
+
+
+def build_session(path: Path, target_bytes: int, made_of: list[list[dict[str, Any]]]) -> int:
+    """Write a session log of about `target_bytes` at `path` from the transcripts `made_of`,
+    repeated as needed; return its size."""
     size = 0
     with path.open("w", encoding="utf-8") as out:
         round_number = 0
         while size < target_bytes:
-            for record in corpus:
-                for line in claude_records(record.messages[1:], "bench", round_number):
+            for messages in made_of:
+                for line in claude_records(messages[1:], "bench", round_number):
                     text = json.dumps(line) + "\n"
                     out.write(text)
                     size += len(text.encode())
@@ -179,13 +194,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--megabytes", type=float, default=MEGABYTES,
         help=f"size of the session log (default {MEGABYTES:g})",
     )  # fmt: skip
+    parser.add_argument(
+        "--session", type=Path, metavar="FILE",
+        help="time the hook on a copy of this Claude Code session log instead of building one",
+    )  # fmt: skip
+    parser.add_argument("--corpus", help="corpus directory (default: the one the tests read)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
         session = root / "projects" / "-home-dev-shop" / "bench.jsonl"
         session.parent.mkdir(parents=True)
-        print("building the session log", file=sys.stderr)
-        size = build_session(session, int(args.megabytes * 1e6))
+        if args.session is not None:
+            made_of = str(args.session)
+            shutil.copyfile(args.session, session)
+        else:
+            made_of, pieces = transcripts(args.corpus)
+            print(f"building the session log from {made_of}", file=sys.stderr)
+            build_session(session, int(args.megabytes * 1e6), pieces)
+        size = session.stat().st_size
         lines = sum(1 for _ in session.open(encoding="utf-8"))
         home = root / "claude"
         env = {"CLAUDE_CONFIG_DIR": str(home), "HOME": str(root), "PATH": ""}
@@ -216,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timings.call(STAGES[2], guard.before_compaction, read, archive=False, record=False)
                 timings.call(STAGES[3], archive_context, root / "stages.sqlite3", context_of(read))
         assert outcome is not None
+    print(f"session log: {made_of}")
     report(timings, size, lines, outcome.exit_code, outcome.stderr)
     return 0
 
