@@ -158,7 +158,7 @@ def canonical_bytes(messages: Sequence[Mapping[str, Any]], *, from_json: bool = 
     `from_json` says the messages were decoded from JSON (a session log), so no key can be
     anything but a string and no container can hold itself: the walk that names a position
     only runs when serializing fails, and the serializer keeps no mark per container to find
-    cycles (a quarter of its time).
+    cycles.
     """
     if isinstance(messages, (str, bytes, bytearray, Mapping)) or not isinstance(messages, Sequence):
         raise ArchiveError(f"expected a list of messages, got {type(messages).__name__}")
