@@ -156,7 +156,9 @@ def canonical_bytes(messages: Sequence[Mapping[str, Any]], *, from_json: bool = 
     Raises `ArchiveError` naming the offending position when a value would not come back
     equal from JSON: a non-string dict key, NaN or infinity, or a type JSON does not have.
     `from_json` says the messages were decoded from JSON (a session log), so no key can be
-    anything but a string: the walk that names a position only runs when serializing fails.
+    anything but a string and no container can hold itself: the walk that names a position
+    only runs when serializing fails, and the serializer keeps no mark per container to find
+    cycles.
     """
     if isinstance(messages, (str, bytes, bytearray, Mapping)) or not isinstance(messages, Sequence):
         raise ArchiveError(f"expected a list of messages, got {type(messages).__name__}")
@@ -173,6 +175,7 @@ def canonical_bytes(messages: Sequence[Mapping[str, Any]], *, from_json: bool = 
             ensure_ascii=False,
             separators=(",", ":"),
             allow_nan=False,
+            check_circular=not from_json,
             default=_mapping_as_dict,
         )
     except (TypeError, ValueError, RecursionError) as exc:

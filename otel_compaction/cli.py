@@ -323,10 +323,9 @@ def _audit(args: argparse.Namespace, out: TextIO) -> int:
 def _hook(args: argparse.Namespace, out: TextIO) -> int:
     import os
 
-    from otel_compaction.hooks import install as installer
-    from otel_compaction.hooks.run import main as run_hook_main
-
     if args.action in ("claude-code", "codex"):
+        from otel_compaction.hooks.run import main as run_hook_main
+
         environ = dict(os.environ)
         if args.policy:
             environ["OTEL_COMPACTION_POLICY"] = args.policy
@@ -335,6 +334,8 @@ def _hook(args: argparse.Namespace, out: TextIO) -> int:
                 args.otlp_endpoint
             )
         return run_hook_main(args.action, environ)
+    from otel_compaction.hooks import install as installer
+
     path = installer.settings_path(args.cli, args.scope, os.environ, Path.cwd())
     if args.action == "install":
         if args.policy:

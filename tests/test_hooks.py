@@ -277,3 +277,31 @@ def test_a_hook_run_exports_its_decision_over_otlp(
     [refused] = [e for e in span.events if e.name == "compaction.refused"]
     assert refused.attributes["compaction.obligation.ids"] == ["bash_7"]
     assert "bash_7" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_hook_process_runs_with_the_collector_paused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    """The collector is paused while the hook runs (it would only walk the session's tree)
+    and left afterwards as it was found."""
+    import gc
+
+    from otel_compaction.hooks import run
+
+    seen: list[bool] = []
+    environ_of = environ(tmp_path)
+
+    def hook(cli: str, stdin: str, environ: object = None) -> HookResult:
+        seen.append(gc.isenabled())
+        return run_hook(cli, stdin, environ_of)
+
+    monkeypatch.setattr(run, "run_hook", hook)
+    monkeypatch.setattr("sys.stdin", io.StringIO(payload(busy_session(tmp_path), "PreCompact")))
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert run.main("claude-code") == 2
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
+    assert seen == [False]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -617,6 +618,48 @@ def test_blank_lines_and_line_separators_keep_the_numbering(tmp_path: Path) -> N
     session = read_session(path)
     assert session.messages[0]["content"] == prompt
     assert session.lines == [1, 4]
+
+
+def test_every_line_decodes_as_json_loads_decodes_it(tmp_path: Path) -> None:
+    """Padded lines, escapes, numbers beyond 64 bits or a float's range: each record is what
+    ``json.loads`` makes of its line."""
+    numbers = '{"big": 123456789012345678901234567890, "huge": 1e400, "zero": -0.0}'
+    lines = [
+        json.dumps(user("tab\tand \u00e9 \ud83d\ude00", "u1")),
+        "  \t" + json.dumps(assistant("m1", text("padded on the left"), "a1")),
+        json.dumps(user("padded on the right", "u2")) + " \t ",
+        json.dumps(assistant("m2", text("x"), "a2")).replace('"text": "x"', f'"n": {numbers}'),
+    ]
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    session = read_session(path)
+    expected = [json.loads(line)["message"]["content"] for line in lines]
+    assert [m["content"] for m in session.messages] == expected
+    assert session.messages[0]["content"] == "tab\tand \u00e9 \U0001f600"
+    n = session.messages[3]["content"][0]["n"]
+    assert (n["big"], n["huge"], str(n["zero"])) == (
+        123456789012345678901234567890,
+        math.inf,
+        "-0.0",
+    )
+    assert session.lines == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("{} {}", "column 4: Extra data"),
+        ('{"type": "user"', "column 16: Expecting ',' delimiter"),
+        ("\ufeff{}", "column 1: Unexpected UTF-8 BOM (decode using utf-8-sig)"),
+    ],
+)
+def test_a_damaged_line_says_what_json_loads_says(tmp_path: Path, line: str, problem: str) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps(user("x", "u1")) + "\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(
+        TranscriptError, match=rf"^{re.escape(f'{path}: line 2: not JSON ({problem})')}$"
+    ):
+        read_session(path)
 
 
 def test_find_session_files(tmp_path: Path) -> None:

@@ -151,16 +151,14 @@ class Guard:
         carry = self._carry(analysis)
         pre = PreCompact(decision, carry)
         if not pre.refused and archive:
-            carry.archive_handle = (
-                self.archive()
-                .put(
+            with self.archive() as store:
+                stored = store.put(
                     messages,
                     conversation_id=session.session_id,
                     policy=self.gate.policy.name,
                     from_json=True,
                 )
-                .handle
-            )
+            carry.archive_handle = stored.handle
         if record:
             self._save(session.session_id, carry)
         return pre

@@ -14,10 +14,12 @@ repair         ``hookSpecificOutput.additionalContext``  the same
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -27,7 +29,7 @@ from otel_compaction.hooks.guard import Guard
 from otel_compaction.policy import Policy
 from otel_compaction.sessions import Session, read_session
 
-__all__ = ["CLIS", "HookResult", "run_hook"]
+__all__ = ["CLIS", "HookResult", "collector_paused", "main", "run_hook"]
 
 CLIS: Final = ("claude-code", "codex")
 _HOMES: Final = {"claude-code": ("CLAUDE_CONFIG_DIR", ".claude"), "codex": ("CODEX_HOME", ".codex")}
@@ -157,9 +159,30 @@ def _text(value: Any) -> str | None:
 
 def main(cli: str, environ: Mapping[str, str] | None = None) -> int:
     """Run one hook of `cli` on this process's standard input and output."""
-    result = run_hook(cli, sys.stdin.read(), environ)
+    stdin = sys.stdin.read()
+    with collector_paused():
+        result = run_hook(cli, stdin, environ)
     if result.stdout:
         sys.stdout.write(result.stdout)
     if result.stderr:
         sys.stderr.write(result.stderr)
     return result.exit_code
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused, then resumed as it was.
+
+    A hook process reads a whole session log into a tree of dicts and lists, analyses it once
+    and exits. The collector would walk that growing tree again and again (about a quarter of
+    a PreCompact run on a 10 MB log) to find little: the tree holds no cycle and is freed by
+    reference counting; the few cycles the run leaves are collected when the collector
+    resumes, or at exit.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

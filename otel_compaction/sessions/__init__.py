@@ -55,6 +55,8 @@ CODEX: Final = "codex"
 Record = tuple[int, Any]
 """A record with the 1-based line it was read from."""
 
+_DECODER: Final = json.JSONDecoder()  # the configuration json.loads decodes with
+
 
 @dataclass(frozen=True, slots=True)
 class Compaction:
@@ -113,7 +115,7 @@ class Session:
             raise error from None
 
 
-def detect_format(records: Sequence[Mapping[str, Any]]) -> str | None:
+def detect_format(records: Iterable[Mapping[str, Any]]) -> str | None:
     """``claude_code``, ``codex``, or None when `records` are not a session log of either (a
     plain list of messages, say). The first record of a recognizable shape decides."""
     from otel_compaction.sessions import claude_code, codex
@@ -178,13 +180,24 @@ def _records(text: str, name: str) -> list[Record]:
     if not text.strip():
         raise TranscriptError(f"{name}: empty file; expected a Claude Code or Codex session log")
     records: list[Record] = []
+    append = records.append
     # Only "\n" ends a record: JSON text may hold U+2028 and other characters that
     # str.splitlines would also split on.
     for number, line in enumerate(text.split("\n"), start=1):
+        # Nearly every line is one JSON value and nothing else: the decoder's raw_decode
+        # reads it without json.loads' checks around it. Anything else (a blank or padded
+        # line, damage) goes the way of json.loads, which says what is wrong.
+        try:
+            value, end = _DECODER.raw_decode(line)
+        except (ValueError, RecursionError):
+            end = -1
+        if end == len(line):
+            append((number, value))
+            continue
         if not line.strip():
             continue
         try:
-            records.append((number, json.loads(line)))
+            append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise TranscriptError(
                 f"{name}: line {number}: not JSON (column {exc.colno}: {exc.msg})"
@@ -204,7 +217,7 @@ def _parse(records: list[Record], path: str) -> Session:
             )
     if not records:
         raise TranscriptError(f"{path}: empty file; expected a Claude Code or Codex session log")
-    kind = detect_format([record for _, record in records])
+    kind = detect_format(record for _, record in records)
     if kind == CLAUDE_CODE:
         return claude_code.read(records, path)
     if kind == CODEX:

@@ -145,7 +145,7 @@ class _Reader:
         self.ids: dict[str, int] = {}
         self.blockers: list[int] = []
         self.boundary: _Boundary | None = None
-        self.parents: dict[str, str] = {}
+        self.parents: dict[str, str] | None = None  # built when a preservedSegment needs it
         self.session_id: str | None = None
         self.cwd: str | None = None
 
@@ -159,13 +159,10 @@ class _Reader:
             _is_message(record) and record.get("isSidechain") is not True
             for _, record in self.records
         )
-        for _, record in self.records:
-            uuid, parent = record.get("uuid"), record.get("parentUuid")
-            if isinstance(uuid, str) and isinstance(parent, str):
-                self.parents.setdefault(uuid, parent)
         seen: set[str] = set()
         for line, record in self.records:
-            self._identify(record)
+            if self.session_id is None or self.cwd is None:
+                self._identify(record)
             uuid = record.get("uuid")
             if isinstance(uuid, str) and uuid:
                 if uuid in seen:
@@ -215,7 +212,7 @@ class _Reader:
         if kind not in ("user", "assistant") or record.get("isVirtual") is True:
             return
         message = record.get("message")
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             raise self.error(line, f"{kind} record has no 'message' object")
         content = message.get("content")
         if not isinstance(content, (str, list)):
@@ -263,15 +260,26 @@ class _Reader:
                     kept.update(u for u in uuids if isinstance(u, str))
         segment = metadata.get("preservedSegment")
         if not kept and isinstance(segment, Mapping):
+            parents = self._parents()
             head, node = segment.get("headUuid"), segment.get("tailUuid")
-            while isinstance(node, str) and node not in kept and len(kept) <= len(self.parents):
+            while isinstance(node, str) and node not in kept and len(kept) <= len(parents):
                 kept.add(node)
                 if node == head:
                     break
-                node = self.parents.get(node)
+                node = parents.get(node)
             else:
                 kept.clear()  # the chain never reached the head: trust none of it
         return frozenset(kept)
+
+    def _parents(self) -> dict[str, str]:
+        """Each record's ``parentUuid`` by its ``uuid`` (the first one given), over the file."""
+        if self.parents is None:
+            self.parents = {}
+            for _, record in self.records:
+                uuid, parent = record.get("uuid"), record.get("parentUuid")
+                if isinstance(uuid, str) and isinstance(parent, str):
+                    self.parents.setdefault(uuid, parent)
+        return self.parents
 
     def _user(
         self, line: int, uuid: str | None, content: str | list[Any], *, summary: bool
