@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from _corpus import Record, corpus_dir, coverage, load_corpus, request
 from _report import verdict
 
-from otel_compaction import Analysis, CompactionGate, Decision, Transcript
+from otel_compaction import CompactionGate, Decision
+from otel_compaction.analysis import Analysis
+from otel_compaction.transcript import Transcript
 
 ALLOWED_AIM = 0.95
 COVERAGE_AIM = 0.80

@@ -35,7 +35,8 @@ from typing import Any
 from _corpus import corpus_dir, load_corpus, pair_floor, request, synthetic_messages
 from _report import each_round, keep_best, verdict
 
-from otel_compaction import CompactionGate, Policy, Transcript
+from otel_compaction import CompactionGate, Policy
+from otel_compaction.transcript import Transcript
 
 RATIO_AIM = 50.0
 GROWTH_AIM = 1.5

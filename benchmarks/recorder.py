@@ -36,8 +36,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Link, SpanKind
 
-from otel_compaction import CompactionMetrics, ObligationLedger, ToolCallHandle, ToolCallRecorder
+from otel_compaction import ToolCallRecorder
 from otel_compaction import semconv as sc
+from otel_compaction.ledger import ObligationLedger
+from otel_compaction.metrics import CompactionMetrics
+from otel_compaction.tracing import ToolCallHandle
 
 RATIO_AIM = 1.5
 CONVERSATION = "conv-bench"

@@ -23,12 +23,10 @@ import importlib
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from otel_compaction.analysis import Analysis
-    from otel_compaction.archive import Archive, ArchivedSpan
+    from otel_compaction.archive import Archive
     from otel_compaction.compactor import CompactionResult, GuardedCompactor, SummaryRejected
-    from otel_compaction.context import conversation, current_conversation_id
+    from otel_compaction.context import conversation
     from otel_compaction.errors import (
-        ArchiveError,
         CompactionError,
         CompactionRefused,
         LiveSpanCompactionError,
@@ -36,100 +34,70 @@ if TYPE_CHECKING:
         PolicyError,
         TranscriptError,
     )
-    from otel_compaction.gate import CompactionGate, Decision, MustCarry, SpanError
-    from otel_compaction.ledger import LedgerSnapshot, Obligation, ObligationLedger
-    from otel_compaction.metrics import CompactionMetrics
+    from otel_compaction.gate import CompactionGate, Decision
     from otel_compaction.policy import Policy
-    from otel_compaction.rules import Finding, ObligationRef
-    from otel_compaction.summarizers import (
-        ExtractiveSummarizer,
-        ModelSummarizer,
-        Summarizer,
-        SummaryRequest,
-    )
-    from otel_compaction.telemetry import DecisionTelemetry, Telemetry, configure
-    from otel_compaction.tracing import (
-        LedgerSpanProcessor,
-        ObligationSampler,
-        RetryChain,
-        ToolCallHandle,
-        ToolCallRecorder,
-    )
-    from otel_compaction.transcript import Transcript
-    from otel_compaction.verification import Verification, verify, verify_summary
+    from otel_compaction.summarizers import ExtractiveSummarizer, ModelSummarizer
+    from otel_compaction.telemetry import Telemetry, configure
+    from otel_compaction.tracing import ToolCallRecorder
+    from otel_compaction.verification import verify_summary
 
 __all__ = [
-    "Analysis",
     "Archive",
-    "ArchiveError",
-    "ArchivedSpan",
     "CompactionError",
     "CompactionGate",
-    "CompactionMetrics",
     "CompactionRefused",
     "CompactionResult",
     "Decision",
-    "DecisionTelemetry",
     "ExtractiveSummarizer",
-    "Finding",
     "GuardedCompactor",
-    "LedgerSnapshot",
-    "LedgerSpanProcessor",
     "LiveSpanCompactionError",
     "ModelSummarizer",
-    "MustCarry",
-    "Obligation",
-    "ObligationLedger",
-    "ObligationRef",
-    "ObligationSampler",
     "OpenObligationError",
     "Policy",
     "PolicyError",
-    "RetryChain",
-    "SpanError",
-    "Summarizer",
     "SummaryRejected",
-    "SummaryRequest",
     "Telemetry",
-    "ToolCallHandle",
     "ToolCallRecorder",
-    "Transcript",
     "TranscriptError",
-    "Verification",
     "configure",
     "conversation",
-    "current_conversation_id",
-    "verify",
     "verify_summary",
 ]
 
 from otel_compaction._version import __version__ as __version__
 
 _HOMES: Final = {
-    "otel_compaction.analysis": ("Analysis",),
-    "otel_compaction.archive": ("Archive", "ArchivedSpan"),
-    "otel_compaction.compactor": ("CompactionResult", "GuardedCompactor", "SummaryRejected"),
-    "otel_compaction.context": ("conversation", "current_conversation_id"),
+    "otel_compaction.archive": ("Archive",),
+    "otel_compaction.compactor": (
+        "CompactionResult",
+        "GuardedCompactor",
+        "SummaryRejected",
+    ),
+    "otel_compaction.context": ("conversation",),
     "otel_compaction.errors": (
-        "ArchiveError", "CompactionError", "CompactionRefused", "LiveSpanCompactionError",
-        "OpenObligationError", "PolicyError", "TranscriptError",
+        "CompactionError",
+        "CompactionRefused",
+        "LiveSpanCompactionError",
+        "OpenObligationError",
+        "PolicyError",
+        "TranscriptError",
     ),
-    "otel_compaction.gate": ("CompactionGate", "Decision", "MustCarry", "SpanError"),
-    "otel_compaction.ledger": ("LedgerSnapshot", "Obligation", "ObligationLedger"),
-    "otel_compaction.metrics": ("CompactionMetrics",),
+    "otel_compaction.gate": (
+        "CompactionGate",
+        "Decision",
+    ),
     "otel_compaction.policy": ("Policy",),
-    "otel_compaction.rules": ("Finding", "ObligationRef"),
     "otel_compaction.summarizers": (
-        "ExtractiveSummarizer", "ModelSummarizer", "Summarizer", "SummaryRequest",
+        "ExtractiveSummarizer",
+        "ModelSummarizer",
     ),
-    "otel_compaction.telemetry": ("DecisionTelemetry", "Telemetry", "configure"),
-    "otel_compaction.tracing": (
-        "LedgerSpanProcessor", "ObligationSampler", "RetryChain", "ToolCallHandle",
-        "ToolCallRecorder",
+    "otel_compaction.telemetry": (
+        "Telemetry",
+        "configure",
     ),
-    "otel_compaction.transcript": ("Transcript",),
-    "otel_compaction.verification": ("Verification", "verify", "verify_summary"),
-}  # fmt: skip
+    "otel_compaction.tracing": ("ToolCallRecorder",),
+    "otel_compaction.verification": ("verify_summary",),
+}
 _HOME_OF: Final = {name: module for module, names in _HOMES.items() for name in names}
 
 

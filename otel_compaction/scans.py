@@ -98,7 +98,8 @@ class MessageScans:
     """Per-message scan results of one conversation under one policy.
 
     Example:
-        >>> from otel_compaction import Policy, Transcript
+        >>> from otel_compaction import Policy
+        >>> from otel_compaction.transcript import Transcript
         >>> t = Transcript.parse([{"role": "user", "content": "book ZFA04Y"}])
         >>> MessageScans(Policy.load("default")).identifiers(t, t.entries[0])
         (('ZFA04Y', True),)

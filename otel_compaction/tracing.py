@@ -206,7 +206,7 @@ class ToolCallRecorder:
     """Records tool calls, results, transactions and retry chains as spans and obligations.
 
     Example:
-        >>> from otel_compaction import ObligationLedger
+        >>> from otel_compaction.ledger import ObligationLedger
         >>> recorder = ToolCallRecorder(ledger=ObligationLedger())
         >>> call = recorder.call("search", "call_1", arguments={"q": "flights"})
         >>> [o.id for o in recorder.ledger.open_obligations()]

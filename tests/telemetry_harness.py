@@ -27,8 +27,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Sampler
 
-from otel_compaction import ObligationLedger, Telemetry, ToolCallRecorder, configure
+from otel_compaction import Telemetry, ToolCallRecorder, configure
 from otel_compaction import semconv as sc
+from otel_compaction.ledger import ObligationLedger
 
 AttrKey = frozenset[tuple[str, Any]]
 """A metric point's attributes, hashable."""

@@ -44,17 +44,17 @@ from otel_compaction import (
     CompactionError,
     CompactionRefused,
     LiveSpanCompactionError,
-    ObligationLedger,
-    ObligationRef,
     OpenObligationError,
     Policy,
     Telemetry,
-    Transcript,
     conversation,
 )
 from otel_compaction import semconv as sc
 from otel_compaction.compactor import CompactionResult, GuardedCompactor, SummaryRejected
+from otel_compaction.ledger import ObligationLedger
+from otel_compaction.rules import ObligationRef
 from otel_compaction.summarizers import ExtractiveSummarizer, SummaryRequest
+from otel_compaction.transcript import Transcript
 
 BUDGET = 100
 PER_MESSAGE = 10

@@ -20,8 +20,9 @@ from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the f
     pipeline_fixture,
 )
 
-from otel_compaction import ToolCallHandle, conversation
+from otel_compaction import conversation
 from otel_compaction import semconv as sc
+from otel_compaction.tracing import ToolCallHandle
 
 N = 1_000
 WORKERS = 16

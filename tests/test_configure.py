@@ -16,9 +16,10 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProces
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from telemetry_harness import ledger_rows
 
-from otel_compaction import ObligationSampler, configure
+from otel_compaction import configure
 from otel_compaction import semconv as sc
 from otel_compaction import telemetry as telemetry_module
+from otel_compaction.tracing import ObligationSampler
 
 _OTEL_VARIABLES = (
     "OTEL_TRACES_EXPORTER",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_compaction import ObligationLedger, configure
+from otel_compaction import configure
+from otel_compaction.ledger import ObligationLedger
 
 
 def test_second_configure_with_the_same_ledger_adds_no_second_processor() -> None:

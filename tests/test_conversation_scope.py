@@ -19,7 +19,8 @@ from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the f
     user,
 )
 
-from otel_compaction import conversation, current_conversation_id
+from otel_compaction import conversation
+from otel_compaction.context import current_conversation_id
 
 # The ledger of "conv-a" still holds the weather call open although the transcript has its
 # result: the ledger and the transcript disagree, and that blocks the span.

@@ -19,15 +19,9 @@ from dataclasses import dataclass
 import pytest
 from conftest import Transcript as Record
 
-from otel_compaction import (
-    Analysis,
-    CompactionGate,
-    Decision,
-    ExtractiveSummarizer,
-    GuardedCompactor,
-    Policy,
-    Transcript,
-)
+from otel_compaction import CompactionGate, Decision, ExtractiveSummarizer, GuardedCompactor, Policy
+from otel_compaction.analysis import Analysis
+from otel_compaction.transcript import Transcript
 
 ALLOWED_AIM = 0.95
 COVERAGE_AIM = 0.80

@@ -15,7 +15,7 @@ from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from pydantic import BaseModel
 
-from otel_compaction import ObligationLedger, Transcript, conversation
+from otel_compaction import conversation
 from otel_compaction import semconv as sc
 from otel_compaction.instrumentation._requests import parse_transcript, plain_messages
 from otel_compaction.instrumentation.conversation import (
@@ -36,6 +36,8 @@ from otel_compaction.instrumentation.detection import (
     check_response,
     fingerprint,
 )
+from otel_compaction.ledger import ObligationLedger
+from otel_compaction.transcript import Transcript
 
 CONV = "conv-1"
 

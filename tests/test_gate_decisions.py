@@ -22,13 +22,13 @@ from otel_compaction import (
     CompactionRefused,
     Decision,
     LiveSpanCompactionError,
-    ObligationLedger,
     OpenObligationError,
     Policy,
-    SpanError,
-    Transcript,
 )
+from otel_compaction.gate import SpanError
+from otel_compaction.ledger import ObligationLedger
 from otel_compaction.policy import builtin_policy_dir
+from otel_compaction.transcript import Transcript
 
 
 def gate(

@@ -26,10 +26,11 @@ from llm_clients import API_KEY, require_sdks
 from pydantic import SecretStr
 from telemetry_harness import Pipeline, make_pipeline
 
-from otel_compaction import ObligationLedger, ToolCallRecorder
+from otel_compaction import ToolCallRecorder
 from otel_compaction import semconv as sc
 from otel_compaction.instrumentation import CompactionInstrumentor
 from otel_compaction.instrumentation._settings import FRAMEWORKS, Settings
+from otel_compaction.ledger import ObligationLedger
 
 try:
     import agents  # noqa: F401 - imported so the post-import hook fires

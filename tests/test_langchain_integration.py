@@ -29,14 +29,14 @@ from pydantic import Field
 
 from otel_compaction import (
     CompactionRefused,
-    ObligationLedger,
     OpenObligationError,
     Telemetry,
-    Transcript,
     configure,
     conversation,
 )
 from otel_compaction import semconv as sc
+from otel_compaction.ledger import ObligationLedger
+from otel_compaction.transcript import Transcript
 
 try:
     from langchain.agents import create_agent

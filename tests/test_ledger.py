@@ -9,8 +9,12 @@ from collections import Counter
 import pytest
 from workers import run_in_threads
 
-from otel_compaction import LedgerSnapshot, Obligation, ObligationLedger
-from otel_compaction.ledger import DEFAULT_CONVERSATION
+from otel_compaction.ledger import (
+    DEFAULT_CONVERSATION,
+    LedgerSnapshot,
+    Obligation,
+    ObligationLedger,
+)
 
 
 def test_open_and_resolve() -> None:

@@ -39,9 +39,10 @@ from llm_clients import (  # noqa: F401 - sdks_fixture registers the fixture
     sdks_fixture,
 )
 
-from otel_compaction import Archive, GuardedCompactor, ModelSummarizer, SummaryRequest
+from otel_compaction import Archive, GuardedCompactor, ModelSummarizer
 from otel_compaction.analysis import Negative
 from otel_compaction.rules import ObligationRef
+from otel_compaction.summarizers import SummaryRequest
 
 with contextlib.suppress(ImportError):  # every test skips (or fails under CI) without them
     import anthropic

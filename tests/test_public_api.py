@@ -5,6 +5,7 @@ hook command a CLI runs before every compaction starts without the OpenTelemetry
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,16 +16,15 @@ from session_builders import ClaudeSession
 import otel_compaction
 
 PUBLIC = (
-    "Analysis", "Archive", "ArchiveError", "ArchivedSpan", "CompactionError", "CompactionGate",
-    "CompactionMetrics", "CompactionRefused", "CompactionResult", "Decision",
-    "DecisionTelemetry", "ExtractiveSummarizer", "Finding", "GuardedCompactor",
-    "LedgerSnapshot", "LedgerSpanProcessor", "LiveSpanCompactionError", "ModelSummarizer",
-    "MustCarry", "Obligation", "ObligationLedger", "ObligationRef", "ObligationSampler",
-    "OpenObligationError", "Policy", "PolicyError", "RetryChain", "SpanError", "Summarizer",
-    "SummaryRejected", "SummaryRequest", "Telemetry", "ToolCallHandle", "ToolCallRecorder",
-    "Transcript", "TranscriptError", "Verification", "configure", "conversation",
-    "current_conversation_id", "verify", "verify_summary",
+    "Archive", "CompactionError", "CompactionGate", "CompactionRefused", "CompactionResult",
+    "Decision", "ExtractiveSummarizer", "GuardedCompactor", "LiveSpanCompactionError",
+    "ModelSummarizer", "OpenObligationError", "Policy", "PolicyError", "SummaryRejected",
+    "Telemetry", "ToolCallRecorder", "TranscriptError", "configure", "conversation",
+    "verify_summary",
 )  # fmt: skip
+"""What a user needs; everything else is imported from its module."""
+
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def fresh(code: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -36,6 +36,14 @@ def fresh(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_public_names_are_the_ones_listed() -> None:
     assert sorted(otel_compaction.__all__) == sorted(PUBLIC)
+    assert len(PUBLIC) <= 20
+
+
+def test_the_readme_api_section_lists_exactly_the_public_names() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("\n## The public API\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `([A-Za-z_]+)` \|", section, flags=re.MULTILINE)
+    assert sorted(listed) == sorted(PUBLIC)
 
 
 def test_each_name_is_the_object_its_module_defines() -> None:
@@ -67,16 +75,17 @@ def test_dir_lists_every_name_before_it_is_imported() -> None:
     names, modules = json.loads(listed.stdout)
     assert set(PUBLIC) <= set(names)
     assert "__version__" in names
-    assert [m for m in modules if m.startswith(("otel_compaction.", "opentelemetry"))] == []
+    loaded = [m for m in modules if m.startswith(("otel_compaction.", "opentelemetry"))]
+    assert loaded == ["otel_compaction._version"]
 
 
 def test_a_name_brings_only_its_own_module() -> None:
     loaded = fresh(
-        "import json, sys; from otel_compaction import CompactionGate, Transcript; "
+        "import json, sys; from otel_compaction import CompactionGate, TranscriptError; "
         "print(json.dumps(sorted(sys.modules)))"
     )
     modules = set(json.loads(loaded.stdout))
-    assert {"otel_compaction.gate", "otel_compaction.transcript"} <= modules
+    assert {"otel_compaction.gate", "otel_compaction.errors"} <= modules
     assert not {"otel_compaction.telemetry", "otel_compaction.tracing"} & modules
     assert not [m for m in modules if m.startswith("opentelemetry.sdk")]
 

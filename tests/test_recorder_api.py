@@ -22,8 +22,9 @@ from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the f
     pipeline_fixture,
 )
 
-from otel_compaction import ObligationLedger, conversation
+from otel_compaction import conversation
 from otel_compaction import semconv as sc
+from otel_compaction.ledger import ObligationLedger
 
 ARGS = "gen_ai.tool.call.arguments"
 RESULT = "gen_ai.tool.call.result"

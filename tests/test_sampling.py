@@ -30,8 +30,9 @@ from telemetry_harness import (
     number_points,
 )
 
-from otel_compaction import ObligationSampler, conversation
+from otel_compaction import conversation
 from otel_compaction import semconv as sc
+from otel_compaction.tracing import ObligationSampler
 
 REQUESTS: list[tuple[int, int, bool]] = [(0, 4, False), (0, 2, False), (4, 8, False), (4, 8, True)]
 CONVERSATION = "conv-sampled"

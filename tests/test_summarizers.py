@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 import otel_compaction
-from otel_compaction import CompactionGate, ObligationRef
+from otel_compaction import CompactionGate
 from otel_compaction.analysis import Negative
+from otel_compaction.rules import ObligationRef
 from otel_compaction.summarizers import (
     ExtractiveSummarizer,
     Summarizer,

@@ -27,14 +27,11 @@ from telemetry_harness import (
     user,
 )
 
-from otel_compaction import (
-    CompactionMetrics,
-    DecisionTelemetry,
-    ObligationLedger,
-    ToolCallRecorder,
-    configure,
-)
+from otel_compaction import ToolCallRecorder, configure
 from otel_compaction import semconv as sc
+from otel_compaction.ledger import ObligationLedger
+from otel_compaction.metrics import CompactionMetrics
+from otel_compaction.telemetry import DecisionTelemetry
 
 MESSAGES = [user("hi"), calls(("c1", "search")), result("c1", "ok"), assistant("done")]
 
