@@ -44,7 +44,8 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Obligation:
-    """One obligation as the ledger knows it. ``status`` is None while it is open."""
+    """One obligation as the ledger knows it. ``status`` is None while it is open;
+    ``error_type`` is what failed (an ``error.type``) when the resolution says so."""
 
     kind: ObligationKind
     id: str
@@ -54,6 +55,7 @@ class Obligation:
     opened_at_ns: int
     status: ResolutionStatus | None = None
     resolved_at_ns: int | None = None
+    error_type: str | None = None
 
     @property
     def is_open(self) -> bool:
@@ -198,8 +200,12 @@ class ObligationLedger:
         status: ResolutionStatus = "result",
         *,
         kind: ObligationKind = "tool_call",
+        error_type: str | None = None,
     ) -> Obligation | None:
-        """Resolve the earliest open obligation with this id; None if there is none."""
+        """Resolve the earliest open obligation with this id; None if there is none.
+
+        `error_type` names what failed (an ``error.type``), for a resolution that is an error.
+        """
         conversation_id = conversation_id or DEFAULT_CONVERSATION
         with self._lock:
             conversation = self._conversations.get(conversation_id)
@@ -220,6 +226,7 @@ class ObligationLedger:
                 before.opened_at_ns,
                 status,
                 time.time_ns(),
+                error_type,
             )
             conversation.records[sequence] = after
             self._open_counts[kind] -= 1

@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
@@ -103,7 +102,7 @@ def _description(error: BaseException | str | None) -> str | None:
 
 def _error_type(error: BaseException | str | None) -> str:
     if error is None:
-        return "_OTHER"
+        return semconv.ERROR_TYPE_OTHER
     if isinstance(error, BaseException):
         return type(error).__qualname__
     return error
@@ -180,9 +179,8 @@ class ObligationHandle:
 class ToolCallHandle(ObligationHandle):
     """A tool call in flight. Call exactly one of `result`, `error` or `abandon`."""
 
-    __slots__ = ("arguments", "layers", "started_ns")
+    __slots__ = ("arguments", "layers")
 
-    started_ns: int
     arguments: Any
     layers: set[str]
     """The instrumentation layers that recorded this call (see `ToolCallRecorder.call`)."""
@@ -230,13 +228,13 @@ class ToolCallRecorder:
         Args:
             ledger: the ledger to feed; a new one when None.
             tracer_provider: where spans go; the global provider when None.
-            metrics: instruments to record into; the ledger's changes are counted by them.
+            metrics: instruments to record into: they watch the ledger, so that every
+                resolution records its age (a tool call's duration) once.
             capture_content: record arguments and results; from the environment when None.
             agent_name: ``gen_ai.agent.name`` on every tool-call span.
         """
         self.ledger = ledger if ledger is not None else ObligationLedger()
         self._tracer = package_tracer(tracer_provider)
-        self._metrics = metrics
         if metrics is not None:
             metrics.watch(self.ledger)
         self._capture = capture_content
@@ -295,7 +293,6 @@ class ToolCallRecorder:
             _log.exception("otel-compaction: starting a tool-call span failed")
             span = trace.INVALID_SPAN
         handle = ToolCallHandle(self, "tool_call", call_id, tool_name, conversation, span)
-        handle.started_ns = time.monotonic_ns()
         handle.arguments = arguments
         handle.layers = {layer} if layer is not None else set()
         key = (conversation or "", call_id)
@@ -539,10 +536,10 @@ class ToolCallRecorder:
                     if not waiting:
                         del self._open[key]
                 self._unindex(handle)
-        self.ledger.resolve(handle.conversation_id, handle.id, status)
-        # Telemetry after the ledger, each piece on its own: a failing span must neither
-        # leave the call span open nor lose the duration.
         error_type = _error_type(error) if status == "error" else None
+        # The ledger first (its listeners record the call's age, which is its duration), then
+        # the spans, each on its own: a failing result span must not leave the call span open.
+        self.ledger.resolve(handle.conversation_id, handle.id, status, error_type=error_type)
         try:
             self._result_span(handle, status, content, error, error_type, reason)
         except Exception:
@@ -551,19 +548,6 @@ class ToolCallRecorder:
             self._end_call_span(handle.span, status, error, error_type, reason)
         except Exception:
             _log.exception("otel-compaction: ending a tool-call span failed")
-        metrics = self._metrics
-        if metrics is not None:
-            try:
-                metric_attrs: dict[str, Any] = {
-                    semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
-                    semconv.GEN_AI_TOOL_NAME: handle.name,
-                }
-                if error_type is not None:
-                    metric_attrs[semconv.ERROR_TYPE] = error_type
-                duration = (time.monotonic_ns() - handle.started_ns) / 1e9
-                metrics.tool_duration.record(duration, metric_attrs)
-            except Exception:
-                _log.exception("otel-compaction: recording a tool duration failed")
 
     def _result_span(
         self,
@@ -624,7 +608,10 @@ class ToolCallRecorder:
         reason: str = "",
         attributes: Mapping[str, int] | None = None,
     ) -> None:
-        self.ledger.resolve(handle.conversation_id, handle.id, status, kind=handle.kind)
+        error_type = _error_type(error) if status == "error" else None
+        self.ledger.resolve(
+            handle.conversation_id, handle.id, status, kind=handle.kind, error_type=error_type
+        )
         self._end_obligation_span(handle.span, status, error, reason, attributes or {})
 
     @_guard("ending an obligation span")
@@ -777,8 +764,16 @@ class LedgerSpanProcessor(SpanProcessor):
         if call_id and str(call_id) != key:
             self.ledger.rekey(conversation_id, key, str(call_id))
             key = str(call_id)
-        failed = span.status.status_code == StatusCode.ERROR
-        self.ledger.resolve(conversation_id, key, "error" if failed else "result")
+        if span.status.status_code == StatusCode.ERROR:
+            error_type = (span.attributes or {}).get(semconv.ERROR_TYPE)
+            self.ledger.resolve(
+                conversation_id,
+                key,
+                "error",
+                error_type=str(error_type) if error_type else semconv.ERROR_TYPE_OTHER,
+            )
+        else:
+            self.ledger.resolve(conversation_id, key, "result")
 
     def shutdown(self) -> None:
         with self._lock:

@@ -34,9 +34,18 @@ def test_open_and_resolve() -> None:
     )
     assert resolved.resolved_at_ns is not None and resolved.resolved_at_ns >= opened.opened_at_ns
     assert resolved.age_seconds >= 0
+    assert resolved.error_type is None and opened.error_type is None
     assert ledger.open_obligations("conv") == ()
     # A terminal resolution is terminal: nothing is left to resolve.
     assert ledger.resolve("conv", "call_1") is None
+
+
+def test_an_error_resolution_keeps_what_failed() -> None:
+    ledger = ObligationLedger()
+    ledger.open("conv", "tool_call", "call_1", name="book")
+    failed = ledger.resolve("conv", "call_1", "error", error_type="TimeoutError")
+    assert failed is not None and (failed.status, failed.error_type) == ("error", "TimeoutError")
+    assert ledger.snapshot("conv").obligations == (failed,)
 
 
 def test_reused_id_resolves_earliest_open_first() -> None:

@@ -31,7 +31,6 @@ EXPOSED = {
     "compaction_tool_calls_duplicate_total": "counter",
     "compaction_obligations_severed_total": "counter",
     "compaction_ledger_overflow_total": "counter",
-    "gen_ai_execute_tool_duration_seconds": "histogram",
 }
 """The Prometheus name and type of every instrument the rules or the dashboard read."""
 
