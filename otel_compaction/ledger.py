@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -42,7 +42,7 @@ DEFAULT_CONVERSATION = ""
 _log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Obligation:
     """One obligation as the ledger knows it. ``status`` is None while it is open;
     ``error_type`` is what failed (an ``error.type``) when the resolution says so."""
@@ -53,9 +53,34 @@ class Obligation:
     conversation_id: str
     sequence: int
     opened_at_ns: int
-    status: ResolutionStatus | None = None
-    resolved_at_ns: int | None = None
-    error_type: str | None = None
+    status: ResolutionStatus | None
+    resolved_at_ns: int | None
+    error_type: str | None
+
+    def __init__(
+        self,
+        kind: ObligationKind,
+        id: str,
+        name: str,
+        conversation_id: str,
+        sequence: int,
+        opened_at_ns: int,
+        status: ResolutionStatus | None = None,
+        resolved_at_ns: int | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        # The generated initialiser of a frozen class looks `object.__setattr__` up once per
+        # field; two records are made per tool call, so it is looked up once here.
+        set_field = object.__setattr__
+        set_field(self, "kind", kind)
+        set_field(self, "id", id)
+        set_field(self, "name", name)
+        set_field(self, "conversation_id", conversation_id)
+        set_field(self, "sequence", sequence)
+        set_field(self, "opened_at_ns", opened_at_ns)
+        set_field(self, "status", status)
+        set_field(self, "resolved_at_ns", resolved_at_ns)
+        set_field(self, "error_type", error_type)
 
     @property
     def is_open(self) -> bool:
@@ -166,31 +191,35 @@ class ObligationLedger:
     ) -> Obligation:
         """Record a new open obligation and return it."""
         conversation_id = conversation_id or DEFAULT_CONVERSATION
-        dropped: list[Obligation] = []
+        dropped: list[Obligation] = []  # open records a bound dropped: rare, and then many
+        key = (kind, obligation_id)
         with self._lock:
             # The sequence is taken under the lock, so that records of one id are queued in
             # the order of their sequence numbers (earliest first), whatever the threads do.
+            sequence = next(self._sequence)
             record = Obligation(
-                kind, obligation_id, name, conversation_id, next(self._sequence), time.time_ns()
+                kind, obligation_id, name, conversation_id, sequence, time.time_ns()
             )
             conversation = self._conversations.get(conversation_id)
             if conversation is None:
                 conversation = self._conversation(conversation_id, dropped)
             else:
                 self._conversations.move_to_end(conversation_id)
-            conversation.records[record.sequence] = record
-            key = (kind, obligation_id)
+            records = conversation.records
+            records[sequence] = record
             waiting = conversation.open_by_id.get(key)
             if waiting is None:
-                conversation.open_by_id[key] = [record.sequence]
+                conversation.open_by_id[key] = [sequence]
             else:
-                waiting.append(record.sequence)
-            self._open_counts[kind] = self._open_counts.get(kind, 0) + 1
-            if len(conversation.records) > self._max_records:
+                waiting.append(sequence)
+            counts = self._open_counts
+            counts[kind] = counts.get(kind, 0) + 1
+            if len(records) > self._max_records:
                 lost = self._evict_record(conversation)
                 if lost.is_open:
                     dropped.append(lost)
-        self._notify(record, None, dropped)
+        if self._change_listeners or dropped:
+            self._notify(record, None, dropped)
         return record
 
     def resolve(
@@ -207,30 +236,38 @@ class ObligationLedger:
         `error_type` names what failed (an ``error.type``), for a resolution that is an error.
         """
         conversation_id = conversation_id or DEFAULT_CONVERSATION
+        key = (kind, obligation_id)
         with self._lock:
             conversation = self._conversations.get(conversation_id)
-            waiting = conversation.open_by_id.get((kind, obligation_id)) if conversation else None
-            if conversation is None or not waiting:
+            if conversation is None:
+                return None
+            open_by_id = conversation.open_by_id
+            waiting = open_by_id.get(key)
+            if not waiting:
                 return None
             self._conversations.move_to_end(conversation_id)  # resolving touches it too
-            sequence = waiting.pop(0)
-            if not waiting:
-                del conversation.open_by_id[(kind, obligation_id)]
-            before = conversation.records[sequence]
+            if len(waiting) == 1:
+                sequence = waiting[0]
+                del open_by_id[key]
+            else:
+                sequence = waiting.pop(0)
+            records = conversation.records
+            before = records[sequence]
             after = Obligation(
-                before.kind,
-                before.id,
+                kind,
+                obligation_id,
                 before.name,
-                before.conversation_id,
-                before.sequence,
+                conversation_id,
+                sequence,
                 before.opened_at_ns,
                 status,
                 time.time_ns(),
                 error_type,
             )
-            conversation.records[sequence] = after
+            records[sequence] = after
             self._open_counts[kind] -= 1
-        self._notify(after, before, [])
+        if self._change_listeners:
+            self._notify(after, before, ())
         return after
 
     def rekey(
@@ -346,10 +383,8 @@ class ObligationLedger:
                 self._open_counts[record.kind] -= 1
 
     def _notify(
-        self, record: Obligation, before: Obligation | None, dropped: list[Obligation]
+        self, record: Obligation, before: Obligation | None, dropped: Sequence[Obligation]
     ) -> None:
-        if not self._change_listeners and not dropped:
-            return
         for listener in self._change_listeners:
             try:
                 listener(record, before)

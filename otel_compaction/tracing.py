@@ -66,6 +66,7 @@ R = TypeVar("R")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _CLAIM_LOCK = threading.Lock()  # held for a flag flip only
 _MAX_CONTENT = 8_192
+_NO_LAYERS: frozenset[str] = frozenset()
 
 
 def capture_content_enabled() -> bool:
@@ -179,13 +180,35 @@ class ObligationHandle:
 class ToolCallHandle(ObligationHandle):
     """A tool call in flight. Call exactly one of `result`, `error` or `abandon`."""
 
-    __slots__ = ("arguments", "layers")
+    __slots__ = ("_key", "arguments", "layers")
 
     arguments: Any
-    layers: set[str]
+    layers: frozenset[str]
     """The instrumentation layers that recorded this call (see `ToolCallRecorder.call`)."""
 
     # Tool calls are claimed under the recorder's lock, together with leaving its index.
+
+    def __init__(
+        self,
+        recorder: ToolCallRecorder,
+        call_id: str,
+        tool_name: str,
+        conversation_id: str | None,
+        span: Span,
+        arguments: Any,
+        layer: str | None,
+    ) -> None:
+        # Every slot set here, in one call: a handle is made per tool call.
+        self._recorder = recorder
+        self._done = False
+        self.kind = "tool_call"
+        self.id = call_id
+        self.name = tool_name
+        self.conversation_id = conversation_id
+        self.span = span
+        self.arguments = arguments
+        self.layers = _NO_LAYERS if layer is None else frozenset((layer,))
+        self._key = (conversation_id or "", call_id)  # in the recorder's index
 
     def result(self, content: Any = None) -> None:
         """The tool returned `content`."""
@@ -292,10 +315,8 @@ class ToolCallRecorder:
         except Exception:
             _log.exception("otel-compaction: starting a tool-call span failed")
             span = trace.INVALID_SPAN
-        handle = ToolCallHandle(self, "tool_call", call_id, tool_name, conversation, span)
-        handle.arguments = arguments
-        handle.layers = {layer} if layer is not None else set()
-        key = (conversation or "", call_id)
+        handle = ToolCallHandle(self, call_id, tool_name, conversation, span, arguments, layer)
+        key = handle._key
         with self._lock:
             waiting = self._open.get(key)
             if waiting is None:
@@ -312,14 +333,12 @@ class ToolCallRecorder:
         with self._lock:
             for handle in self._layered.get(call_id, ()):
                 if not handle._done and layer not in handle.layers:
-                    handle.layers.add(layer)
+                    handle.layers = handle.layers | {layer}
                     return handle
         return None
 
     def _unindex(self, handle: ToolCallHandle) -> None:
-        """Take a resolved handle out of the layered index (lock held)."""
-        if not handle.layers:
-            return
+        """Take a resolved handle that a layer recorded out of the layered index (lock held)."""
         layered = self._layered.get(handle.id)
         if layered is not None:
             with contextlib.suppress(ValueError):
@@ -353,7 +372,8 @@ class ToolCallRecorder:
                 if not candidate._done:
                     candidate._done = True
                     handle = candidate
-                    self._unindex(candidate)
+                    if candidate.layers:
+                        self._unindex(candidate)
                     break
             if waiting is not None and not waiting:
                 del self._open[key]
@@ -522,20 +542,22 @@ class ToolCallRecorder:
         """Record the terminal resolution of `handle`, unless it already has one (the first
         wins). `claimed`: `resolve` already claimed it and took it out of the index."""
         if not claimed:
-            key = (handle.conversation_id or "", handle.id)
+            key = handle._key
             with self._lock:
                 if handle._done:
                     return
                 handle._done = True
                 waiting = self._open.get(key)
                 if waiting is not None:
-                    if waiting[0] is handle:
+                    if len(waiting) == 1:
+                        if waiting[0] is handle:
+                            del self._open[key]
+                    elif waiting[0] is handle:
                         del waiting[0]
                     elif handle in waiting:
                         waiting.remove(handle)
-                    if not waiting:
-                        del self._open[key]
-                self._unindex(handle)
+                if handle.layers:
+                    self._unindex(handle)
         error_type = _error_type(error) if status == "error" else None
         # The ledger first (its listeners record the call's age, which is its duration), then
         # the spans, each on its own: a failing result span must not leave the call span open.
