@@ -159,6 +159,7 @@ class ObligationLedger:
         self._max_records = max_records_per_conversation
         self._open_counts: dict[ObligationKind, int] = {}
         self._change_listeners: list[Callable[[Obligation, Obligation | None], None]] = []
+        self._resolve_listeners: list[Callable[[Obligation], None]] = []
         self._overflow_listeners: list[Callable[[Obligation], None]] = []
         self.subscribe(on_change=on_change, on_overflow=on_overflow)
 
@@ -172,12 +173,16 @@ class ObligationLedger:
         *,
         on_change: Callable[[Obligation, Obligation | None], None] | None = None,
         on_overflow: Callable[[Obligation], None] | None = None,
+        on_resolve: Callable[[Obligation], None] | None = None,
     ) -> None:
         """Add listeners: `on_change(new, old)` on every open and resolve (old is None when
-        opening), `on_overflow(record)` for each open record a bound dropped. Listeners run
+        opening), `on_resolve(record)` on every terminal resolution only (with the resolved
+        record), `on_overflow(record)` for each open record a bound dropped. Listeners run
         outside the lock; one that raises is logged and does not stop the others."""
         if on_change is not None:
             self._change_listeners.append(on_change)
+        if on_resolve is not None:
+            self._resolve_listeners.append(on_resolve)
         if on_overflow is not None:
             self._overflow_listeners.append(on_overflow)
 
@@ -266,7 +271,7 @@ class ObligationLedger:
             )
             records[sequence] = after
             self._open_counts[kind] -= 1
-        if self._change_listeners:
+        if self._change_listeners or self._resolve_listeners:
             self._notify(after, before, ())
         return after
 
@@ -390,6 +395,12 @@ class ObligationLedger:
                 listener(record, before)
             except Exception:
                 _log.exception("otel-compaction: ledger listener failed")
+        if before is not None:
+            for resolved in self._resolve_listeners:
+                try:
+                    resolved(record)
+                except Exception:
+                    _log.exception("otel-compaction: ledger listener failed")
         for lost in dropped:
             for overflow in self._overflow_listeners:
                 try:

@@ -90,12 +90,12 @@ class CompactionMetrics:
             if any(known is ledger for known in self._observed.ledgers):
                 return
             self._observed.ledgers.append(ledger)
-        ledger.subscribe(on_change=self._changed, on_overflow=self._overflowed)
+        ledger.subscribe(on_resolve=self._resolved, on_overflow=self._overflowed)
 
-    def _changed(self, record: Obligation, before: Obligation | None) -> None:
+    def _resolved(self, record: Obligation) -> None:
         status = record.status
-        if before is None or before.status is not None or status is None:
-            return  # an opening, or not a terminal resolution
+        if status is None:
+            return
         attributes: dict[str, str] = {
             semconv.OBLIGATION_KIND: record.kind,
             semconv.OBLIGATION_STATUS: status,

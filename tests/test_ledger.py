@@ -247,18 +247,36 @@ def test_on_change_sees_every_transition_outside_the_lock() -> None:
     assert (resolved.sequence, resolved.status) == (opened.sequence, "error")
 
 
+def test_on_resolve_sees_each_terminal_resolution_once() -> None:
+    resolved: list[tuple[str, str | None, str | None]] = []
+    ledger = ObligationLedger()
+    ledger.subscribe(on_resolve=lambda r: resolved.append((r.id, r.status, r.error_type)))
+    ledger.open("conv", "tool_call", "c1", name="search")
+    ledger.open("conv", "transaction", "t1", name="transfer")
+    assert resolved == []  # openings are not resolutions
+    ledger.resolve("conv", "c1", "error", error_type="ValueError")
+    ledger.resolve("conv", "c1")  # nothing left to resolve: no callback
+    ledger.resolve("conv", "t1", "rolled_back", kind="transaction")
+    assert resolved == [("c1", "error", "ValueError"), ("t1", "rolled_back", None)]
+
+
 def test_a_failing_listener_does_not_break_the_ledger() -> None:
     calls: list[str] = []
 
     def broken(new: Obligation, old: Obligation | None) -> None:
         raise RuntimeError("listener bug")
 
+    def broken_resolved(record: Obligation) -> None:
+        raise RuntimeError("listener bug")
+
     ledger = ObligationLedger(on_change=broken)
+    ledger.subscribe(on_resolve=broken_resolved)
     ledger.subscribe(on_change=lambda new, old: calls.append(new.id))
+    ledger.subscribe(on_resolve=lambda record: calls.append(f"resolved {record.id}"))
     record = ledger.open("conv", "tool_call", "c1")
     assert record.is_open
     assert ledger.resolve("conv", "c1") is not None
-    assert calls == ["c1", "c1"]
+    assert calls == ["c1", "c1", "resolved c1"]
 
 
 THREADS, ROUNDS = 8, 500
