@@ -370,7 +370,7 @@ class ObligationLedger:
 
     def _evict_record(self, conversation: _Conversation) -> Obligation:
         for sequence, record in conversation.records.items():
-            if not record.is_open:
+            if record.status is not None:  # resolved; read directly, as this runs per opening
                 del conversation.records[sequence]
                 return record
         sequence, record = conversation.records.popitem(last=False)
