@@ -6,10 +6,11 @@ ledger's open and resolve, the ``execute_tool`` span living from call to result,
 creating and ending two bare SDK spans carrying the same attributes, in the same run, on tracer
 providers configured alike (default sampler, no exporter, so that what is measured is the
 instrumentation and not an exporter). The recorder is also timed as `configure()` wires it,
-with the metrics on (the obligation-age histogram and the semconv
-``gen_ai.execute_tool.duration`` histogram: two SDK histogram records per call; the open
-obligations are observed at collection time and cost nothing per call), and the yardstick also
-with the span link, to show where the cost goes.
+with the metrics on: one SDK histogram record per call, the ``compaction.obligation.age`` of
+its resolution (a tool call's age is its duration; the ledger's subscription records it, with
+the obligation's kind and status and the tool's name); the open obligations are observed at
+collection time and cost nothing per call. The yardstick is also timed with the span link, to
+show where the cost goes.
 
 Memory per open obligation is measured with tracemalloc: the bytes held while many calls are
 open, divided by their number, for the ledger alone and for the recorder (ledger record,
@@ -230,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(aim <={RATIO_AIM:g}x)  {verdict(ratio <= RATIO_AIM)}"
         )
     metric_cost = best["recorder + metrics"] - best["recorder"]
-    print(f"  the two histogram records with metrics on add {metric_cost * 1e6:.2f} us per call")
+    print(f"  the histogram record with metrics on adds {metric_cost * 1e6:.2f} us per call")
     print()
     print(f"Memory per open obligation (tracemalloc, {open_count:,} open at once)")
     for name, size in memory.items():

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -42,9 +42,10 @@ DEFAULT_CONVERSATION = ""
 _log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Obligation:
-    """One obligation as the ledger knows it. ``status`` is None while it is open."""
+    """One obligation as the ledger knows it. ``status`` is None while it is open;
+    ``error_type`` is what failed (an ``error.type``) when the resolution says so."""
 
     kind: ObligationKind
     id: str
@@ -52,8 +53,34 @@ class Obligation:
     conversation_id: str
     sequence: int
     opened_at_ns: int
-    status: ResolutionStatus | None = None
-    resolved_at_ns: int | None = None
+    status: ResolutionStatus | None
+    resolved_at_ns: int | None
+    error_type: str | None
+
+    def __init__(
+        self,
+        kind: ObligationKind,
+        id: str,
+        name: str,
+        conversation_id: str,
+        sequence: int,
+        opened_at_ns: int,
+        status: ResolutionStatus | None = None,
+        resolved_at_ns: int | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        # The generated initialiser of a frozen class looks `object.__setattr__` up once per
+        # field; two records are made per tool call, so it is looked up once here.
+        set_field = object.__setattr__
+        set_field(self, "kind", kind)
+        set_field(self, "id", id)
+        set_field(self, "name", name)
+        set_field(self, "conversation_id", conversation_id)
+        set_field(self, "sequence", sequence)
+        set_field(self, "opened_at_ns", opened_at_ns)
+        set_field(self, "status", status)
+        set_field(self, "resolved_at_ns", resolved_at_ns)
+        set_field(self, "error_type", error_type)
 
     @property
     def is_open(self) -> bool:
@@ -132,6 +159,7 @@ class ObligationLedger:
         self._max_records = max_records_per_conversation
         self._open_counts: dict[ObligationKind, int] = {}
         self._change_listeners: list[Callable[[Obligation, Obligation | None], None]] = []
+        self._resolve_listeners: list[Callable[[Obligation], None]] = []
         self._overflow_listeners: list[Callable[[Obligation], None]] = []
         self.subscribe(on_change=on_change, on_overflow=on_overflow)
 
@@ -145,12 +173,16 @@ class ObligationLedger:
         *,
         on_change: Callable[[Obligation, Obligation | None], None] | None = None,
         on_overflow: Callable[[Obligation], None] | None = None,
+        on_resolve: Callable[[Obligation], None] | None = None,
     ) -> None:
         """Add listeners: `on_change(new, old)` on every open and resolve (old is None when
-        opening), `on_overflow(record)` for each open record a bound dropped. Listeners run
+        opening), `on_resolve(record)` on every terminal resolution only (with the resolved
+        record), `on_overflow(record)` for each open record a bound dropped. Listeners run
         outside the lock; one that raises is logged and does not stop the others."""
         if on_change is not None:
             self._change_listeners.append(on_change)
+        if on_resolve is not None:
+            self._resolve_listeners.append(on_resolve)
         if on_overflow is not None:
             self._overflow_listeners.append(on_overflow)
 
@@ -164,31 +196,35 @@ class ObligationLedger:
     ) -> Obligation:
         """Record a new open obligation and return it."""
         conversation_id = conversation_id or DEFAULT_CONVERSATION
-        dropped: list[Obligation] = []
+        dropped: list[Obligation] = []  # open records a bound dropped: rare, and then many
+        key = (kind, obligation_id)
         with self._lock:
             # The sequence is taken under the lock, so that records of one id are queued in
             # the order of their sequence numbers (earliest first), whatever the threads do.
+            sequence = next(self._sequence)
             record = Obligation(
-                kind, obligation_id, name, conversation_id, next(self._sequence), time.time_ns()
+                kind, obligation_id, name, conversation_id, sequence, time.time_ns()
             )
             conversation = self._conversations.get(conversation_id)
             if conversation is None:
                 conversation = self._conversation(conversation_id, dropped)
             else:
                 self._conversations.move_to_end(conversation_id)
-            conversation.records[record.sequence] = record
-            key = (kind, obligation_id)
+            records = conversation.records
+            records[sequence] = record
             waiting = conversation.open_by_id.get(key)
             if waiting is None:
-                conversation.open_by_id[key] = [record.sequence]
+                conversation.open_by_id[key] = [sequence]
             else:
-                waiting.append(record.sequence)
-            self._open_counts[kind] = self._open_counts.get(kind, 0) + 1
-            if len(conversation.records) > self._max_records:
+                waiting.append(sequence)
+            counts = self._open_counts
+            counts[kind] = counts.get(kind, 0) + 1
+            if len(records) > self._max_records:
                 lost = self._evict_record(conversation)
                 if lost.is_open:
                     dropped.append(lost)
-        self._notify(record, None, dropped)
+        if self._change_listeners or dropped:
+            self._notify(record, None, dropped)
         return record
 
     def resolve(
@@ -198,32 +234,45 @@ class ObligationLedger:
         status: ResolutionStatus = "result",
         *,
         kind: ObligationKind = "tool_call",
+        error_type: str | None = None,
     ) -> Obligation | None:
-        """Resolve the earliest open obligation with this id; None if there is none."""
+        """Resolve the earliest open obligation with this id; None if there is none.
+
+        `error_type` names what failed (an ``error.type``), for a resolution that is an error.
+        """
         conversation_id = conversation_id or DEFAULT_CONVERSATION
+        key = (kind, obligation_id)
         with self._lock:
             conversation = self._conversations.get(conversation_id)
-            waiting = conversation.open_by_id.get((kind, obligation_id)) if conversation else None
-            if conversation is None or not waiting:
+            if conversation is None:
+                return None
+            open_by_id = conversation.open_by_id
+            waiting = open_by_id.get(key)
+            if not waiting:
                 return None
             self._conversations.move_to_end(conversation_id)  # resolving touches it too
-            sequence = waiting.pop(0)
-            if not waiting:
-                del conversation.open_by_id[(kind, obligation_id)]
-            before = conversation.records[sequence]
+            if len(waiting) == 1:
+                sequence = waiting[0]
+                del open_by_id[key]
+            else:
+                sequence = waiting.pop(0)
+            records = conversation.records
+            before = records[sequence]
             after = Obligation(
-                before.kind,
-                before.id,
+                kind,
+                obligation_id,
                 before.name,
-                before.conversation_id,
-                before.sequence,
+                conversation_id,
+                sequence,
                 before.opened_at_ns,
                 status,
                 time.time_ns(),
+                error_type,
             )
-            conversation.records[sequence] = after
+            records[sequence] = after
             self._open_counts[kind] -= 1
-        self._notify(after, before, [])
+        if self._change_listeners or self._resolve_listeners:
+            self._notify(after, before, ())
         return after
 
     def rekey(
@@ -321,7 +370,7 @@ class ObligationLedger:
 
     def _evict_record(self, conversation: _Conversation) -> Obligation:
         for sequence, record in conversation.records.items():
-            if not record.is_open:
+            if record.status is not None:  # resolved; read directly, as this runs per opening
                 del conversation.records[sequence]
                 return record
         sequence, record = conversation.records.popitem(last=False)
@@ -339,15 +388,19 @@ class ObligationLedger:
                 self._open_counts[record.kind] -= 1
 
     def _notify(
-        self, record: Obligation, before: Obligation | None, dropped: list[Obligation]
+        self, record: Obligation, before: Obligation | None, dropped: Sequence[Obligation]
     ) -> None:
-        if not self._change_listeners and not dropped:
-            return
         for listener in self._change_listeners:
             try:
                 listener(record, before)
             except Exception:
                 _log.exception("otel-compaction: ledger listener failed")
+        if before is not None:
+            for resolved in self._resolve_listeners:
+                try:
+                    resolved(record)
+                except Exception:
+                    _log.exception("otel-compaction: ledger listener failed")
         for lost in dropped:
             for overflow in self._overflow_listeners:
                 try:

@@ -1,10 +1,12 @@
 """The instruments: open obligations, their age, decisions, deferral pressure, severed and
-duplicate calls, orphaned results, ledger overflow, and the semantic-convention tool duration.
+duplicate calls, orphaned results and ledger overflow.
 
 `CompactionMetrics.watch` subscribes the instruments to a ledger, so every way an obligation
 is opened or resolved (recorder, span processor, auto-instrumentation) is counted once, where
-it happens; the open obligations are observed from the ledgers' own counts. Attributes are
-low-cardinality only: kinds, statuses, actions, rules, tool names.
+it happens; the open obligations are observed from the ledgers' own counts. A tool call's
+duration is its obligation age: one histogram point per resolution, carrying the tool's name
+and, for an error, its ``error.type``. Attributes are low-cardinality only: kinds, statuses,
+error types, actions, rules, tool names.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ class CompactionMetrics:
         self.obligation_age = meter.create_histogram(
             semconv.METRIC_OBLIGATION_AGE,
             unit="s",
-            description="Time from an obligation's opening to its terminal resolution.",
+            description="Time from an obligation's opening to its terminal resolution "
+            "(a tool call's duration).",
             explicit_bucket_boundaries_advisory=_AGE_BUCKETS,
         )
         self.decisions = meter.create_counter(
@@ -79,12 +82,6 @@ class CompactionMetrics:
             unit="{obligation}",
             description="Open obligations dropped because the ledger reached its bound.",
         )
-        self.tool_duration = meter.create_histogram(
-            semconv.METRIC_EXECUTE_TOOL_DURATION,
-            unit="s",
-            description="Duration of tool executions.",
-            explicit_bucket_boundaries_advisory=_AGE_BUCKETS,
-        )
 
     def watch(self, ledger: ObligationLedger) -> None:
         """Observe `ledger`: its open obligations from now on as they are, and the ages and
@@ -93,14 +90,23 @@ class CompactionMetrics:
             if any(known is ledger for known in self._observed.ledgers):
                 return
             self._observed.ledgers.append(ledger)
-        ledger.subscribe(on_change=self._changed, on_overflow=self._overflowed)
+        ledger.subscribe(on_resolve=self._resolved, on_overflow=self._overflowed)
 
-    def _changed(self, record: Obligation, before: Obligation | None) -> None:
-        if before is not None and before.is_open and not record.is_open:
-            self.obligation_age.record(
-                record.age_seconds,
-                {semconv.OBLIGATION_KIND: record.kind, semconv.OBLIGATION_STATUS: record.status},
-            )
+    def _resolved(self, record: Obligation) -> None:
+        status = record.status
+        if status is None:
+            return
+        attributes: dict[str, str] = {
+            semconv.OBLIGATION_KIND: record.kind,
+            semconv.OBLIGATION_STATUS: status,
+        }
+        if record.kind == "tool_call" and record.name:
+            attributes[semconv.GEN_AI_TOOL_NAME] = record.name
+        if record.error_type is not None:
+            attributes[semconv.ERROR_TYPE] = record.error_type
+        elif status == "error":
+            attributes[semconv.ERROR_TYPE] = semconv.ERROR_TYPE_OTHER
+        self.obligation_age.record(record.age_seconds, attributes)
 
     def _overflowed(self, record: Obligation) -> None:
         self.ledger_overflow.add(1, {semconv.OBLIGATION_KIND: record.kind})

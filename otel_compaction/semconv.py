@@ -30,6 +30,8 @@ GEN_AI_PROVIDER_NAME: Final = gen_ai_attributes.GEN_AI_PROVIDER_NAME
 GEN_AI_REQUEST_MODEL: Final = gen_ai_attributes.GEN_AI_REQUEST_MODEL
 GEN_AI_RESPONSE_ID: Final = gen_ai_attributes.GEN_AI_RESPONSE_ID
 ERROR_TYPE: Final = error_attributes.ERROR_TYPE
+ERROR_TYPE_OTHER: Final = "_OTHER"
+"""``error.type`` of a failure whose type is not known."""
 
 EXECUTE_TOOL: Final = gen_ai_attributes.GenAiOperationNameValues.EXECUTE_TOOL.value
 """``gen_ai.operation.name`` of a tool execution; tool-call spans are ``execute_tool {tool}``."""
@@ -88,13 +90,14 @@ EVENT_RETRY_ATTEMPT: Final = "compaction.retry.attempt"
 # -- metrics --------------------------------------------------------------------------------------
 METRIC_OPEN_OBLIGATIONS: Final = "compaction.obligations.open"
 METRIC_OBLIGATION_AGE: Final = "compaction.obligation.age"
+"""Age at terminal resolution, one point per resolution: by kind and status, a tool call's also
+by ``gen_ai.tool.name``, an error's by ``error.type``. A tool call's age is its duration."""
 METRIC_OLDEST_OBLIGATION_AGE: Final = "compaction.obligation.oldest_age"
 METRIC_DECISIONS: Final = "compaction.decisions"
 METRIC_HELD_TOKENS: Final = "compaction.deferral.held_tokens"
 METRIC_DUPLICATE_CALLS: Final = "compaction.tool_calls.duplicate"
 METRIC_SEVERED: Final = "compaction.obligations.severed"
 METRIC_LEDGER_OVERFLOW: Final = "compaction.ledger.overflow"
-METRIC_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
 
 # -- auto-instrumentation: model requests and passive detection ---------------------------------
 MODEL_REQUEST_SPAN: Final = "compaction.model_request"

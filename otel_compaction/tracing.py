@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
@@ -67,6 +66,7 @@ R = TypeVar("R")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _CLAIM_LOCK = threading.Lock()  # held for a flag flip only
 _MAX_CONTENT = 8_192
+_NO_LAYERS: frozenset[str] = frozenset()
 
 
 def capture_content_enabled() -> bool:
@@ -103,7 +103,7 @@ def _description(error: BaseException | str | None) -> str | None:
 
 def _error_type(error: BaseException | str | None) -> str:
     if error is None:
-        return "_OTHER"
+        return semconv.ERROR_TYPE_OTHER
     if isinstance(error, BaseException):
         return type(error).__qualname__
     return error
@@ -180,14 +180,35 @@ class ObligationHandle:
 class ToolCallHandle(ObligationHandle):
     """A tool call in flight. Call exactly one of `result`, `error` or `abandon`."""
 
-    __slots__ = ("arguments", "layers", "started_ns")
+    __slots__ = ("_key", "arguments", "layers")
 
-    started_ns: int
     arguments: Any
-    layers: set[str]
+    layers: frozenset[str]
     """The instrumentation layers that recorded this call (see `ToolCallRecorder.call`)."""
 
     # Tool calls are claimed under the recorder's lock, together with leaving its index.
+
+    def __init__(
+        self,
+        recorder: ToolCallRecorder,
+        call_id: str,
+        tool_name: str,
+        conversation_id: str | None,
+        span: Span,
+        arguments: Any,
+        layer: str | None,
+    ) -> None:
+        # Every slot set here, in one call: a handle is made per tool call.
+        self._recorder = recorder
+        self._done = False
+        self.kind = "tool_call"
+        self.id = call_id
+        self.name = tool_name
+        self.conversation_id = conversation_id
+        self.span = span
+        self.arguments = arguments
+        self.layers = _NO_LAYERS if layer is None else frozenset((layer,))
+        self._key = (conversation_id or "", call_id)  # in the recorder's index
 
     def result(self, content: Any = None) -> None:
         """The tool returned `content`."""
@@ -230,13 +251,13 @@ class ToolCallRecorder:
         Args:
             ledger: the ledger to feed; a new one when None.
             tracer_provider: where spans go; the global provider when None.
-            metrics: instruments to record into; the ledger's changes are counted by them.
+            metrics: instruments to record into: they watch the ledger, so that every
+                resolution records its age (a tool call's duration) once.
             capture_content: record arguments and results; from the environment when None.
             agent_name: ``gen_ai.agent.name`` on every tool-call span.
         """
         self.ledger = ledger if ledger is not None else ObligationLedger()
         self._tracer = package_tracer(tracer_provider)
-        self._metrics = metrics
         if metrics is not None:
             metrics.watch(self.ledger)
         self._capture = capture_content
@@ -294,11 +315,8 @@ class ToolCallRecorder:
         except Exception:
             _log.exception("otel-compaction: starting a tool-call span failed")
             span = trace.INVALID_SPAN
-        handle = ToolCallHandle(self, "tool_call", call_id, tool_name, conversation, span)
-        handle.started_ns = time.monotonic_ns()
-        handle.arguments = arguments
-        handle.layers = {layer} if layer is not None else set()
-        key = (conversation or "", call_id)
+        handle = ToolCallHandle(self, call_id, tool_name, conversation, span, arguments, layer)
+        key = handle._key
         with self._lock:
             waiting = self._open.get(key)
             if waiting is None:
@@ -315,14 +333,12 @@ class ToolCallRecorder:
         with self._lock:
             for handle in self._layered.get(call_id, ()):
                 if not handle._done and layer not in handle.layers:
-                    handle.layers.add(layer)
+                    handle.layers = handle.layers | {layer}
                     return handle
         return None
 
     def _unindex(self, handle: ToolCallHandle) -> None:
-        """Take a resolved handle out of the layered index (lock held)."""
-        if not handle.layers:
-            return
+        """Take a resolved handle that a layer recorded out of the layered index (lock held)."""
         layered = self._layered.get(handle.id)
         if layered is not None:
             with contextlib.suppress(ValueError):
@@ -356,7 +372,8 @@ class ToolCallRecorder:
                 if not candidate._done:
                     candidate._done = True
                     handle = candidate
-                    self._unindex(candidate)
+                    if candidate.layers:
+                        self._unindex(candidate)
                     break
             if waiting is not None and not waiting:
                 del self._open[key]
@@ -525,24 +542,26 @@ class ToolCallRecorder:
         """Record the terminal resolution of `handle`, unless it already has one (the first
         wins). `claimed`: `resolve` already claimed it and took it out of the index."""
         if not claimed:
-            key = (handle.conversation_id or "", handle.id)
+            key = handle._key
             with self._lock:
                 if handle._done:
                     return
                 handle._done = True
                 waiting = self._open.get(key)
                 if waiting is not None:
-                    if waiting[0] is handle:
+                    if len(waiting) == 1:
+                        if waiting[0] is handle:
+                            del self._open[key]
+                    elif waiting[0] is handle:
                         del waiting[0]
                     elif handle in waiting:
                         waiting.remove(handle)
-                    if not waiting:
-                        del self._open[key]
-                self._unindex(handle)
-        self.ledger.resolve(handle.conversation_id, handle.id, status)
-        # Telemetry after the ledger, each piece on its own: a failing span must neither
-        # leave the call span open nor lose the duration.
+                if handle.layers:
+                    self._unindex(handle)
         error_type = _error_type(error) if status == "error" else None
+        # The ledger first (its listeners record the call's age, which is its duration), then
+        # the spans, each on its own: a failing result span must not leave the call span open.
+        self.ledger.resolve(handle.conversation_id, handle.id, status, error_type=error_type)
         # An exception's message is content: without capture the spans say only its type.
         shown = error if self.capture_content else None
         try:
@@ -553,19 +572,6 @@ class ToolCallRecorder:
             self._end_call_span(handle.span, status, shown, error_type, reason)
         except Exception:
             _log.exception("otel-compaction: ending a tool-call span failed")
-        metrics = self._metrics
-        if metrics is not None:
-            try:
-                metric_attrs: dict[str, Any] = {
-                    semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
-                    semconv.GEN_AI_TOOL_NAME: handle.name,
-                }
-                if error_type is not None:
-                    metric_attrs[semconv.ERROR_TYPE] = error_type
-                duration = (time.monotonic_ns() - handle.started_ns) / 1e9
-                metrics.tool_duration.record(duration, metric_attrs)
-            except Exception:
-                _log.exception("otel-compaction: recording a tool duration failed")
 
     def _result_span(
         self,
@@ -626,7 +632,10 @@ class ToolCallRecorder:
         reason: str = "",
         attributes: Mapping[str, int] | None = None,
     ) -> None:
-        self.ledger.resolve(handle.conversation_id, handle.id, status, kind=handle.kind)
+        error_type = _error_type(error) if status == "error" else None
+        self.ledger.resolve(
+            handle.conversation_id, handle.id, status, kind=handle.kind, error_type=error_type
+        )
         self._end_obligation_span(handle.span, status, error, reason, attributes or {})
 
     @_guard("ending an obligation span")
@@ -780,8 +789,16 @@ class LedgerSpanProcessor(SpanProcessor):
         if call_id and str(call_id) != key:
             self.ledger.rekey(conversation_id, key, str(call_id))
             key = str(call_id)
-        failed = span.status.status_code == StatusCode.ERROR
-        self.ledger.resolve(conversation_id, key, "error" if failed else "result")
+        if span.status.status_code == StatusCode.ERROR:
+            error_type = (span.attributes or {}).get(semconv.ERROR_TYPE)
+            self.ledger.resolve(
+                conversation_id,
+                key,
+                "error",
+                error_type=str(error_type) if error_type else semconv.ERROR_TYPE_OTHER,
+            )
+        else:
+            self.ledger.resolve(conversation_id, key, "result")
 
     def shutdown(self) -> None:
         with self._lock:

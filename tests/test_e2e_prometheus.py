@@ -39,9 +39,6 @@ EXPOSED = {
     "compaction_decisions_total",
     "compaction_deferral_held_tokens_total",
     "compaction_obligations_severed_total",
-    "gen_ai_execute_tool_duration_seconds_bucket",
-    "gen_ai_execute_tool_duration_seconds_count",
-    "gen_ai_execute_tool_duration_seconds_sum",
 }
 """What this agent's run produces, as Prometheus names."""
 NOT_PRODUCED_HERE = {

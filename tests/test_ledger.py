@@ -38,9 +38,18 @@ def test_open_and_resolve() -> None:
     )
     assert resolved.resolved_at_ns is not None and resolved.resolved_at_ns >= opened.opened_at_ns
     assert resolved.age_seconds >= 0
+    assert resolved.error_type is None and opened.error_type is None
     assert ledger.open_obligations("conv") == ()
     # A terminal resolution is terminal: nothing is left to resolve.
     assert ledger.resolve("conv", "call_1") is None
+
+
+def test_an_error_resolution_keeps_what_failed() -> None:
+    ledger = ObligationLedger()
+    ledger.open("conv", "tool_call", "call_1", name="book")
+    failed = ledger.resolve("conv", "call_1", "error", error_type="TimeoutError")
+    assert failed is not None and (failed.status, failed.error_type) == ("error", "TimeoutError")
+    assert ledger.snapshot("conv").obligations == (failed,)
 
 
 def test_reused_id_resolves_earliest_open_first() -> None:
@@ -242,18 +251,36 @@ def test_on_change_sees_every_transition_outside_the_lock() -> None:
     assert (resolved.sequence, resolved.status) == (opened.sequence, "error")
 
 
+def test_on_resolve_sees_each_terminal_resolution_once() -> None:
+    resolved: list[tuple[str, str | None, str | None]] = []
+    ledger = ObligationLedger()
+    ledger.subscribe(on_resolve=lambda r: resolved.append((r.id, r.status, r.error_type)))
+    ledger.open("conv", "tool_call", "c1", name="search")
+    ledger.open("conv", "transaction", "t1", name="transfer")
+    assert resolved == []  # openings are not resolutions
+    ledger.resolve("conv", "c1", "error", error_type="ValueError")
+    ledger.resolve("conv", "c1")  # nothing left to resolve: no callback
+    ledger.resolve("conv", "t1", "rolled_back", kind="transaction")
+    assert resolved == [("c1", "error", "ValueError"), ("t1", "rolled_back", None)]
+
+
 def test_a_failing_listener_does_not_break_the_ledger() -> None:
     calls: list[str] = []
 
     def broken(new: Obligation, old: Obligation | None) -> None:
         raise RuntimeError("listener bug")
 
+    def broken_resolved(record: Obligation) -> None:
+        raise RuntimeError("listener bug")
+
     ledger = ObligationLedger(on_change=broken)
+    ledger.subscribe(on_resolve=broken_resolved)
     ledger.subscribe(on_change=lambda new, old: calls.append(new.id))
+    ledger.subscribe(on_resolve=lambda record: calls.append(f"resolved {record.id}"))
     record = ledger.open("conv", "tool_call", "c1")
     assert record.is_open
     assert ledger.resolve("conv", "c1") is not None
-    assert calls == ["c1", "c1"]
+    assert calls == ["c1", "c1", "resolved c1"]
 
 
 THREADS, ROUNDS = 8, 500

@@ -308,9 +308,8 @@ def test_metric_attributes_never_carry_call_or_conversation_ids(pipeline: Pipeli
     values = {str(v) for v in metric_attribute_values(metrics)}
     assert not {v for v in values if "secret" in v}
     assert metric_attribute_keys(metrics) == {
-        sc.OBLIGATION_KIND,
-        sc.OBLIGATION_STATUS,
-        sc.GEN_AI_OPERATION_NAME,
-        sc.GEN_AI_TOOL_NAME,
-        sc.ERROR_TYPE,
+        "compaction.obligation.kind",
+        "compaction.obligation.status",
+        "gen_ai.tool.name",
+        "error.type",
     }

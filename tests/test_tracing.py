@@ -26,20 +26,20 @@ from otel_compaction import conversation
 from otel_compaction import semconv as sc
 
 OPEN = sc.METRIC_OPEN_OBLIGATIONS
-AGE = sc.METRIC_OBLIGATION_AGE
-DURATION = sc.METRIC_EXECUTE_TOOL_DURATION
+AGE = "compaction.obligation.age"
 TOOL_CALL = key({sc.OBLIGATION_KIND: "tool_call"})
 
 
-def _duration_key(tool: str, error_type: str | None = None) -> frozenset[tuple[str, object]]:
-    attributes = {sc.GEN_AI_OPERATION_NAME: "execute_tool", sc.GEN_AI_TOOL_NAME: tool}
+def _age_key(
+    kind: str, status: str, tool: str | None = None, error_type: str | None = None
+) -> frozenset[tuple[str, object]]:
+    """The attributes of an age point: a tool call's carry its tool, an error's its type."""
+    attributes = {"compaction.obligation.kind": kind, "compaction.obligation.status": status}
+    if tool is not None:
+        attributes["gen_ai.tool.name"] = tool
     if error_type is not None:
-        attributes[sc.ERROR_TYPE] = error_type
+        attributes["error.type"] = error_type
     return key(attributes)
-
-
-def _age_key(kind: str, status: str) -> frozenset[tuple[str, object]]:
-    return key({sc.OBLIGATION_KIND: kind, sc.OBLIGATION_STATUS: status})
 
 
 def test_a_resolved_call_is_a_call_span_and_a_result_span_linked_to_it(pipeline: Pipeline) -> None:
@@ -95,18 +95,15 @@ def test_a_resolved_call_is_a_call_span_and_a_result_span_linked_to_it(pipeline:
         ("tool_call", "call_1", "search", "conv-1", 0, "result")
     ]
     metrics = pipeline.metrics()
-    assert set(metrics) == {OPEN, AGE, DURATION, sc.METRIC_OLDEST_OBLIGATION_AGE}
+    # One histogram per call: the call's age at resolution is its duration.
+    assert set(metrics) == {OPEN, AGE, "compaction.obligation.oldest_age"}
     assert number_points(metrics[OPEN]) == {TOOL_CALL: 0}
-    assert number_points(metrics[sc.METRIC_OLDEST_OBLIGATION_AGE]) == {key(): 0.0}
+    assert number_points(metrics["compaction.obligation.oldest_age"]) == {key(): 0.0}
     [age] = histogram_points(metrics[AGE]).items()
-    assert age[0] == _age_key("tool_call", "result")
+    assert age[0] == _age_key("tool_call", "result", "search")
     assert age[1].count == 1 and 0 <= age[1].sum <= elapsed + 1.0  # wall clock: some slack
     assert tuple(age[1].explicit_bounds) == AGE_BUCKETS
-    [duration] = histogram_points(metrics[DURATION]).items()
-    assert duration[0] == _duration_key("search")
-    assert duration[1].count == 1 and 0 <= duration[1].sum <= elapsed
-    assert tuple(duration[1].explicit_bounds) == AGE_BUCKETS
-    assert metrics[DURATION].unit == "s" and metrics[OPEN].unit == "{obligation}"
+    assert metrics[AGE].unit == "s" and metrics[OPEN].unit == "{obligation}"
 
 
 def test_an_error_marks_both_spans_and_is_counted_by_error_type(pipeline: Pipeline) -> None:
@@ -149,10 +146,9 @@ def test_an_error_marks_both_spans_and_is_counted_by_error_type(pipeline: Pipeli
     assert [row[-1] for row in ledger_rows(pipeline.ledger, "conv-2")] == ["error", "error"]
     metrics = pipeline.metrics()
     assert number_points(metrics[OPEN]) == {TOOL_CALL: 0}
-    assert histogram_counts(metrics[AGE]) == {_age_key("tool_call", "error"): 2}
-    assert histogram_counts(metrics[DURATION]) == {
-        _duration_key("book", "ValueError"): 1,
-        _duration_key("book", "timeout"): 1,
+    assert histogram_counts(metrics[AGE]) == {
+        _age_key("tool_call", "error", "book", "ValueError"): 1,
+        _age_key("tool_call", "error", "book", "timeout"): 1,
     }
 
 
@@ -189,8 +185,7 @@ def test_an_abandonment_is_a_resolution_not_a_crash(pipeline: Pipeline) -> None:
     ]
     metrics = pipeline.metrics()
     assert number_points(metrics[OPEN]) == {TOOL_CALL: 0}
-    assert histogram_counts(metrics[AGE]) == {_age_key("tool_call", "abandoned"): 1}
-    assert histogram_counts(metrics[DURATION]) == {_duration_key("deploy"): 1}
+    assert histogram_counts(metrics[AGE]) == {_age_key("tool_call", "abandoned", "deploy"): 1}
 
 
 def test_parallel_calls_each_link_their_own_result_in_any_order(pipeline: Pipeline) -> None:
@@ -243,8 +238,9 @@ def test_parallel_calls_each_link_their_own_result_in_any_order(pipeline: Pipeli
     metrics = pipeline.metrics()
     assert number_points(metrics[OPEN]) == {TOOL_CALL: 0}
     assert histogram_counts(metrics[AGE]) == {
-        _age_key("tool_call", "result"): 2,
-        _age_key("tool_call", "error"): 1,
+        _age_key("tool_call", "result", "hotels"): 1,
+        _age_key("tool_call", "error", "weather", "TimeoutError"): 1,
+        _age_key("tool_call", "result", "flights"): 1,
     }
 
 
@@ -294,9 +290,8 @@ def test_a_transaction_is_an_obligation_from_begin_to_commit(pipeline: Pipeline)
     assert number_points(metrics[OPEN]) == {key({sc.OBLIGATION_KIND: "transaction"}): 0}
     assert histogram_counts(metrics[AGE]) == {
         _age_key("transaction", "result"): 1,
-        _age_key("transaction", "error"): 1,
+        _age_key("transaction", "error", error_type="KeyError"): 1,
     }
-    assert DURATION not in metrics  # transactions are not tool executions
 
 
 def test_a_retry_chain_stays_open_until_an_attempt_succeeds(pipeline: Pipeline) -> None:
@@ -350,4 +345,41 @@ def test_a_retry_chain_stays_open_until_an_attempt_succeeds(pipeline: Pipeline) 
     assert histogram_counts(metrics[AGE]) == {
         _age_key("retry", "result"): 1,
         _age_key("retry", "abandoned"): 1,
+    }
+
+
+def test_a_foreign_tool_span_records_one_age_with_its_tool_and_error_type(
+    pipeline: Pipeline,
+) -> None:
+    tracer = pipeline.tracer_provider.get_tracer("vendor.agents", "2.0")
+
+    def foreign(call_id: str, error_type: str | None, failed: bool) -> None:
+        span = tracer.start_span(
+            "execute_tool fetch",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "fetch",
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.conversation.id": "conv-7",
+            },
+        )
+        if error_type is not None:
+            span.set_attribute("error.type", error_type)
+        if failed:
+            span.set_status(StatusCode.ERROR)
+        span.end()
+
+    foreign("f1", None, failed=False)
+    foreign("f2", "TimeoutError", failed=True)
+    foreign("f3", None, failed=True)  # failed, but no type given: the semconv fallback
+
+    assert [row[-1] for row in ledger_rows(pipeline.ledger, "conv-7")] == [
+        "result",
+        "error",
+        "error",
+    ]
+    assert histogram_counts(pipeline.metrics()[AGE]) == {
+        _age_key("tool_call", "result", "fetch"): 1,
+        _age_key("tool_call", "error", "fetch", "TimeoutError"): 1,
+        _age_key("tool_call", "error", "fetch", "_OTHER"): 1,
     }
