@@ -32,6 +32,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from otel_compaction import semconv
 from otel_compaction.incremental import TranscriptCache
 from otel_compaction.instrumentation._requests import (
+    MessageCache,
     ModelRequest,
     ModelResponse,
     parse_transcript,
@@ -244,6 +245,8 @@ class Runtime:
         self.tracer = package_tracer(telemetry.tracer_provider)
         self.active = True
         self.conversations = ConversationIndex()
+        self.messages = MessageCache(self.ledger.max_conversations)
+        """Each conversation's messages as plain dicts, kept between its requests."""
         self.transcripts = TranscriptCache(self.ledger.max_conversations)
         """Each conversation's parse, kept between its requests."""
         self._states: OrderedDict[str, ConversationState] = OrderedDict()
@@ -262,12 +265,16 @@ class Runtime:
             return Exchange()
 
     def _begin(self, request: ModelRequest) -> Exchange:
-        transcript = parse_transcript(request.messages, self.transcripts)
+        plain = self.messages.read(request.messages, request.instructions)
+        transcript = None
+        if plain is not None:
+            transcript = parse_transcript(plain.messages, self.transcripts, key=plain.key)
         identity = self.conversations.identify(
-            request.messages,
+            None if plain is None else plain.messages,
             transcript,
             provider_conversation=request.provider_conversation,
             previous_response_id=request.previous_response_id,
+            texts=("", "") if plain is None else plain.texts,
         )
         attributes: dict[str, Any] = {
             semconv.GEN_AI_OPERATION_NAME: semconv.CHAT,
