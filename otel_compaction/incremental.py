@@ -21,7 +21,6 @@ conversation, so different conversations are analysed in parallel.
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -208,10 +207,8 @@ def _reusable(state: _Conversation, messages: list[Any], policy: Policy | None) 
     if count == 0 or len(messages) < count:
         return None
     # Rebuilt objects (a framework converting its messages on every call) carry over when
-    # they are equal to the ones seen.
-    if not all(map(operator.is_, messages[:count], seen)) and any(
-        a is not b and a != b for a, b in zip(messages, seen, strict=False)
-    ):
+    # they are equal to the ones seen: list equality compares by identity first, then by value.
+    if messages[:count] != seen:
         return None
     if _content(messages[count - 1]) != state.last:
         return None  # the last message was still being written

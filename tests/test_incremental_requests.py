@@ -13,7 +13,7 @@ from conftest import Transcript as Record
 from pydantic import BaseModel
 from test_incremental import random_transcript
 
-from otel_compaction import ObligationLedger
+from otel_compaction import ObligationLedger, Transcript
 from otel_compaction.incremental import TranscriptCache
 from otel_compaction.instrumentation._requests import MessageCache, opening, plain_messages
 from otel_compaction.instrumentation.conversation import OpeningTexts, first_texts
@@ -252,3 +252,28 @@ def test_the_conversion_state_is_bounded() -> None:
     for n in range(10):
         read_and_compare(cache, [{"role": "user", "content": f"conversation {n}"}])
     assert len(cache) == 3
+
+
+# -- the parse ----------------------------------------------------------------------------------
+
+
+def units_on_every_prefix(messages: Messages) -> None:
+    cache = TranscriptCache()
+    growing: Messages = []
+    for message in messages:
+        growing.append(message)
+        assert cache.parse(growing, key="c").units == Transcript.parse(growing).units
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_atomic_units_of_growing_random_conversations_are_those_of_a_full_parse(
+    seed: int,
+) -> None:
+    units_on_every_prefix(random_messages(seed))
+
+
+def test_atomic_units_of_every_corpus_prefix_are_those_of_a_full_parse(
+    corpus: list[Record],
+) -> None:
+    for record in corpus:
+        units_on_every_prefix(record.messages)

@@ -17,7 +17,6 @@ SDK object changed in place after its request, as for `otel_compaction.increment
 from __future__ import annotations
 
 import logging
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -179,11 +178,8 @@ class _Seen:
             system = seen
         offset = 0 if system is None else 1
         count = len(self.raw)
-        appended = (
-            system is seen
-            and 0 < count <= len(messages)
-            and all(map(operator.is_, messages, self.raw))
-        )
+        # List equality compares by identity first, then by value: the fast test of an append.
+        appended = system is seen and 0 < count <= len(messages) and messages[:count] == self.raw
         if appended:
             # Every seen message is the same object; the last one may be written in place.
             unchanged = offset + count - 1
@@ -233,6 +229,8 @@ class MessageCache:
         listed = _listed(messages)
         if listed is None:
             return None
+        if type(listed) is not list:
+            listed = list(listed)
         system = _system(instructions)
         head = [] if system is None else [system]
         head.extend(_plain_or_placeholder(message) for message in listed[: 2 - len(head)])
