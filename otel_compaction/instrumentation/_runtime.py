@@ -13,6 +13,11 @@ conversation index, the detection states, the open handles) is behind a lock hel
 dictionary work, so threads and asyncio tasks may make requests concurrently.
 `Runtime.shutdown` abandons the calls this instrumentation opened that are still open, so their
 spans end and are exported.
+
+A request costs what its conversation appended: the conversion to plain dicts
+(`MessageCache`), the parse (`TranscriptCache`) and the detection index
+(`detection.TranscriptIndex`) are kept per conversation, within the ledger's bounds, and read
+a request whole only when it is not an append to the previous one.
 """
 
 from __future__ import annotations
