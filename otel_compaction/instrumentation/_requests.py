@@ -168,7 +168,7 @@ class _Seen:
         self.lock = threading.Lock()
 
     def update(
-        self, messages: Sequence[Any], instructions: Any, system: Mapping[str, Any] | None
+        self, messages: list[Any], instructions: Any, system: Mapping[str, Any] | None
     ) -> tuple[list[Mapping[str, Any]], int]:
         """The plain forms of `messages` after `system`, and how many leading plain messages
         are the ones handed out last time (under `lock`)."""
@@ -239,7 +239,7 @@ class MessageCache:
         with seen.lock:
             plain, unchanged = seen.update(listed, instructions, system)
             texts = seen.texts.scan(plain, unchanged)
-        return PlainMessages(plain.copy(), key, texts)
+        return PlainMessages(plain, key, texts)  # never changed: each request builds anew
 
     def _entry(self, key: str) -> _Seen:
         with self._lock:
