@@ -186,6 +186,17 @@ def test_a_growing_list_converts_only_what_was_appended() -> None:
         first = read
 
 
+def test_rebuilt_but_equal_messages_carry_over() -> None:
+    """A framework that builds new message objects for every call."""
+    cache = MessageCache()
+    history = [_Message(role="user", content="go")]
+    history += [_Message(role="assistant", content=f"step {n}") for n in range(4)]
+    first = read_and_compare(cache, [m.model_copy() for m in history])
+    history.append(_Message(role="user", content="next"))
+    second = read_and_compare(cache, [m.model_copy() for m in history])
+    assert all(a is b for a, b in zip(second.messages[:-2], first.messages, strict=False))
+
+
 def test_the_last_message_written_in_place_is_converted_again() -> None:
     cache = MessageCache()
     reply = _Message(role="assistant", content="Boo")

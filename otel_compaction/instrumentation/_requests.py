@@ -7,9 +7,10 @@ tolerant: a message the transcript model cannot read is replaced by an empty pla
 positions of the others stay right), so one odd item does not blind detection for the rest.
 
 `MessageCache` keeps each conversation's conversion between its requests: a request whose
-messages begin with the very objects of the previous request converts only the appended ones
-and the last one seen (it may have been written in place), and hands the unchanged ones on as
-the same plain objects, so the incremental parse recognises them by identity. Any other list
+messages begin with those of the previous request (the same objects, or equal ones: a
+framework may rebuild them on every call) converts only the appended ones and the last one
+seen (it may have been written in place), and hands the others on as the plain objects of the
+previous request, so the incremental parse recognises them by identity. Any other list
 (shorter, an object replaced, other instructions) is converted whole. Not detected: an earlier
 SDK object changed in place after its request, as for `otel_compaction.incremental`.
 """
@@ -181,7 +182,8 @@ class _Seen:
         # List equality compares by identity first, then by value: the fast test of an append.
         appended = system is seen and 0 < count <= len(messages) and messages[:count] == self.raw
         if appended:
-            # Every seen message is the same object; the last one may be written in place.
+            # Every seen message is the same object or an equal one; the last one may be being
+            # written in place.
             unchanged = offset + count - 1
             out = self.plain[:unchanged]
             last = self.plain[unchanged]
