@@ -20,6 +20,13 @@ mean over the rounds, and only ratios between numbers of one run are judged. The
 runs in this process, so its work is in both figures; a real provider's latency (hundreds of
 milliseconds) would make every ratio close to 1. Aim: within 1.1x. The exit status is 0
 whatever the result: this is a report.
+
+With ``--history``, two more parts follow a conversation that grows by a call and its result
+before every request, from each history size: the instrumentation's own work per request (the
+wrapper of the real SDK method, with the method answering at once, so no HTTP or SDK time
+blurs it; aim: at the largest history within 1.5x of the smallest), and the same growth
+through the real Chat Completions client and the fake server (aim: within 1.1x of plain).
+``--own-only`` runs the first of them alone.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from otel_compaction import Telemetry, configure
 from otel_compaction.instrumentation import CompactionInstrumentor
 
 RATIO_AIM = 1.1
+GROWTH_AIM = 1.5  # the own work at the largest history, to that at the smallest
 MODEL = "model-bench"
 SYSTEM = "You operate the service fleet. Verify every change before reporting it."
 TURNS = 7  # tool call/result pairs before the request: 2 + 4 * 7 = 30 messages
@@ -251,6 +259,98 @@ def _growing(
     return {size: (best[f"{size} plain"], best[f"{size} instrumented"]) for size in sizes}
 
 
+def _answer(api: str) -> Any:
+    """The SDK's own response object for a text answer (what the wrapped method returns)."""
+    usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    if api == "chat":
+        from openai.types.chat import ChatCompletion
+
+        message = {"role": "assistant", "content": "Next step."}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        return ChatCompletion.model_validate(
+            {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": MODEL,
+             "choices": [choice], "usage": usage}
+        )  # fmt: skip
+    from anthropic.types import Message
+
+    return Message.model_validate(
+        {"id": "msg_1", "type": "message", "role": "assistant", "model": MODEL,
+         "content": [{"type": "text", "text": "Next step."}], "stop_reason": "end_turn",
+         "usage": {"input_tokens": 10, "output_tokens": 2}}
+    )  # fmt: skip
+
+
+def _own_batch(traced: Any, api: str, base: list[Any], count: int) -> float:
+    """Seconds per request of the instrumentation's own work over `count` requests of one
+    conversation that starts from `base` and appends a call and its result before each (after
+    its first request, untimed, which reads the whole history)."""
+    workload = _Workload(None, api, False, False)  # type: ignore[arg-type]
+    answer = _answer(api)
+
+    def sdk(**_: Any) -> Any:
+        return answer
+
+    messages = list(base)
+    kwargs: dict[str, Any] = {"model": MODEL, "messages": messages}
+    if api == "messages":
+        kwargs.update(system=SYSTEM, max_tokens=256)
+    traced(sdk, None, (), kwargs)
+    gc.collect()
+    started = perf_counter()
+    for n in range(count):
+        messages += workload._pair(len(base) + n)
+        traced(sdk, None, (), kwargs)
+    return (perf_counter() - started) / count
+
+
+def _own_work(
+    telemetry: Telemetry, sizes: Sequence[int], rounds: int, per_batch: int
+) -> dict[str, dict[int, float]]:
+    """Per API, the best seconds per request of the instrumentation's own work (the wrapped
+    SDK method answers at once) at each history size."""
+    from otel_compaction.instrumentation._anthropic import MESSAGES
+    from otel_compaction.instrumentation._openai import CHAT
+    from otel_compaction.instrumentation._runtime import Runtime
+    from otel_compaction.instrumentation._settings import Settings
+    from otel_compaction.instrumentation._wrapping import traced_method
+
+    runtime = Runtime(telemetry, Settings.resolve({}))
+    apis = {"chat.completions": ("chat", CHAT), "messages": ("messages", MESSAGES)}
+    best: dict[str, float] = {}
+    for number in each_round(rounds):
+        for name, (api, described) in apis.items():
+            traced = traced_method(runtime, described, is_async=False)
+            for size in sizes:
+                workload = _Workload(None, api, False, False)  # type: ignore[arg-type]
+                base: list[Any] = [{"role": "user", "content": f"Roll out ({number}, {size})."}]
+                if api == "chat":
+                    base.insert(0, {"role": "system", "content": SYSTEM})
+                pair = 0
+                while len(base) < size:
+                    base += workload._pair(10**6 + pair)
+                    pair += 1
+                keep_best(best, f"{name} {size}", _own_batch(traced, api, base, per_batch))
+    runtime.shutdown("benchmark finished")
+    return {name: {size: best[f"{name} {size}"] for size in sizes} for name in apis}
+
+
+def _report_own(results: dict[str, dict[int, float]], per_batch: int) -> None:
+    print(
+        f"\nThe instrumentation's own work per request (the SDK answers at once): {per_batch} "
+        "requests of one conversation from each history size, each appending a call and its "
+        "result; ratio to the smallest history"
+    )
+    for name, by_size in results.items():
+        sizes = list(by_size)
+        first = by_size[sizes[0]]
+        row = "  ".join(
+            f"{size:,}: {seconds * 1e6:.0f} us ({seconds / first:.2f}x)"
+            for size, seconds in by_size.items()
+        )
+        ratio = by_size[sizes[-1]] / first
+        print(f"{name:<18}{row}  aim <={GROWTH_AIM:g}x {verdict(ratio <= GROWTH_AIM)}")
+
+
 def _report_growing(results: dict[int, tuple[float, float]], per_batch: int) -> None:
     print(
         f"\nA growing conversation (Chat Completions): {per_batch} requests from each history "
@@ -304,6 +404,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "loopback fake LLM server (ratios measured in one run; the exit status is always 0).",
     )
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds")
+    parser.add_argument(
+        "--own-only",
+        action="store_true",
+        help="only the instrumentation's own work per request, without HTTP (fast, quiet)",
+    )
     parser.add_argument("--requests", type=int, help="requests per batch (default 200, quick 40)")
     parser.add_argument("--rounds", type=int, help="rounds per measurement (default 7, quick 3)")
     parser.add_argument(
@@ -323,14 +428,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         tracer_provider=tracer_provider, meter_provider=meter_provider, set_global=False
     )
     growing: dict[int, tuple[float, float]] = {}
+    own: dict[str, dict[int, float]] = {}
     try:
+        if args.own_only:
+            _report_own(_own_work(telemetry, sizes, rounds, per_batch), per_batch)
+            return 0
         best = _measure(telemetry, rounds, per_batch)
         if sizes:
+            own = _own_work(telemetry, sizes, rounds, per_batch)
             growing = _growing(telemetry, sizes, min(rounds, 3), max(10, per_batch // 4))
     finally:
         tracer_provider.shutdown()
         meter_provider.shutdown()
     _report(best, rounds, per_batch)
+    if own:
+        _report_own(own, per_batch)
     if growing:
         _report_growing(growing, max(10, per_batch // 4))
     return 0

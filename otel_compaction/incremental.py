@@ -207,8 +207,7 @@ def _reusable(state: _Conversation, messages: list[Any], policy: Policy | None) 
     if count == 0 or len(messages) < count:
         return None
     # Rebuilt objects (a framework converting its messages on every call) carry over when
-    # they are equal to the ones seen.
-    # One comparison in C: identical objects compare equal without being looked into.
+    # they are equal to the ones seen: list equality compares by identity first, then by value.
     if messages[:count] != seen:
         return None
     if _content(messages[count - 1]) != state.last:

@@ -283,18 +283,10 @@ def closed_cuts_of(n: int, pairs: Iterable[tuple[int, int | None]]) -> bytearray
 _FIRST = operator.attrgetter("first")
 
 
-def _run_start(entries: Sequence[Entry], end: int) -> int:
-    """Where the run of assistant messages and bare results ending at ``end - 1`` starts
-    (every atomic unit lies inside one such run)."""
-    start = end
-    while start > 0 and (entries[start - 1].role == "assistant" or entries[start - 1].only_results):
-        start -= 1
-    return start
-
-
 def atomic_units(entries: Sequence[Entry], start: int = 0) -> list[Unit]:
     """The runs of messages a provider rejects a cut inside, in order of their first message
-    (only those starting at or after `start`, a message that begins a run)."""
+    (only those starting at or after `start`: a message that begins a run of assistant messages
+    and bare results, or one that no unit found before it reaches)."""
     units: list[Unit] = []
     n = len(entries)
     covered = -1  # the last message of the latest thinking loop found
@@ -402,7 +394,8 @@ class TranscriptBuilder:
         self.formats: set[str] = set()
         self._open = 0  # calls before the next cut still without their resolution
         self._units: list[Unit] = []
-        self._units_upto = 0
+        self._units_upto = 0  # messages the units were found in
+        self._units_from = 0  # the first of those a unit may still grow from (see transcript)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -435,12 +428,17 @@ class TranscriptBuilder:
         """The transcript of everything fed so far (`messages` as the caller holds them)."""
         closed = self.closed.copy()
         closed.append(self._open == 0)
-        if self._units_upto != len(self.entries):
-            # Only the run of messages the new ones may have joined can hold a changed unit.
-            restart = _run_start(self.entries, self._units_upto)
-            kept = bisect.bisect_left(self._units, restart, key=_FIRST)
-            self._units = self._units[:kept] + atomic_units(self.entries, restart)
-            self._units_upto = len(self.entries)
+        count = len(self.entries)
+        if self._units_upto != count:
+            # Only a unit that reached the last message fed before can grow, and only that
+            # message can begin a new one with the messages after it.
+            kept = bisect.bisect_left(self._units, self._units_from, key=_FIRST)
+            tail = atomic_units(self.entries, self._units_from)
+            self._units = self._units[:kept] + tail
+            self._units_from = min(
+                (u.first for u in tail if u.last == count - 1), default=count - 1
+            )
+            self._units_upto = count
         return Transcript(
             messages, list(self.entries), list(self.calls), list(self.results),
             closed=closed, formats=self.formats, units=self._units.copy(),

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from otel_compaction.instrumentation._requests import ModelRequest, ModelResponse, plain_messages
+from otel_compaction.instrumentation._requests import ModelRequest, ModelResponse
 from otel_compaction.instrumentation._runtime import Runtime
 from otel_compaction.instrumentation._wrapping import Api, Patches, Wrapper, traced_method
 from otel_compaction.instrumentation.detection import EmittedCall
@@ -53,7 +53,8 @@ def _request(kwargs: Mapping[str, Any], *, stream: bool | None = None) -> ModelR
         provider=_PROVIDER,
         model=_str(kwargs.get("model")),
         stream=kwargs.get("stream") is True if stream is None else stream,
-        messages=plain_messages(kwargs.get("messages"), instructions=kwargs.get("system")),
+        messages=kwargs.get("messages"),
+        instructions=kwargs.get("system"),
     )
 
 

@@ -13,12 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from otel_compaction.instrumentation._requests import (
-    ModelRequest,
-    ModelResponse,
-    plain,
-    plain_messages,
-)
+from otel_compaction.instrumentation._requests import ModelRequest, ModelResponse, plain
 from otel_compaction.instrumentation._runtime import Runtime
 from otel_compaction.instrumentation._wrapping import Api, Patches, traced_method
 from otel_compaction.instrumentation.detection import EmittedCall
@@ -64,7 +59,7 @@ def _chat_request(kwargs: Mapping[str, Any]) -> ModelRequest:
         provider=_PROVIDER,
         model=_str(kwargs.get("model")),
         stream=kwargs.get("stream") is True,
-        messages=plain_messages(kwargs.get("messages")),
+        messages=kwargs.get("messages"),
     )
 
 
@@ -146,7 +141,8 @@ def _responses_request(kwargs: Mapping[str, Any]) -> ModelRequest:
         provider=_PROVIDER,
         model=_str(kwargs.get("model")),
         stream=kwargs.get("stream") is True,
-        messages=plain_messages(kwargs.get("input"), instructions=kwargs.get("instructions")),
+        messages=kwargs.get("input"),
+        instructions=kwargs.get("instructions"),
         provider_conversation=_str(conversation),
         previous_response_id=_str(kwargs.get("previous_response_id")),
     )

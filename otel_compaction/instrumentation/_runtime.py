@@ -13,6 +13,11 @@ conversation index, the detection states, the open handles) is behind a lock hel
 dictionary work, so threads and asyncio tasks may make requests concurrently.
 `Runtime.shutdown` abandons the calls this instrumentation opened that are still open, so their
 spans end and are exported.
+
+A request costs what its conversation appended: the conversion to plain dicts
+(`MessageCache`), the parse (`TranscriptCache`) and the detection index
+(`detection.TranscriptIndex`) are kept per conversation, within the ledger's bounds, and read
+a request whole only when it is not an append to the previous one.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from otel_compaction import semconv
 from otel_compaction.incremental import TranscriptCache
 from otel_compaction.instrumentation._requests import (
+    MessageCache,
     ModelRequest,
     ModelResponse,
     parse_transcript,
@@ -246,6 +252,8 @@ class Runtime:
         self.tracer = package_tracer(telemetry.tracer_provider)
         self.active = True
         self.conversations = ConversationIndex()
+        self.messages = MessageCache(self.ledger.max_conversations)
+        """Each conversation's messages as plain dicts, kept between its requests."""
         self.transcripts = TranscriptCache(self.ledger.max_conversations)
         """Each conversation's parse, kept between its requests."""
         self._states: OrderedDict[str, ConversationState] = OrderedDict()
@@ -264,12 +272,16 @@ class Runtime:
             return Exchange()
 
     def _begin(self, request: ModelRequest) -> Exchange:
-        transcript = parse_transcript(request.messages, self.transcripts)
+        plain = self.messages.read(request.messages, request.instructions)
+        transcript = None
+        if plain is not None:
+            transcript = parse_transcript(plain.messages, self.transcripts, key=plain.key)
         identity = self.conversations.identify(
-            request.messages,
+            None if plain is None else plain.messages,
             transcript,
             provider_conversation=request.provider_conversation,
             previous_response_id=request.previous_response_id,
+            texts=("", "") if plain is None else plain.texts,
         )
         attributes: dict[str, Any] = {
             semconv.GEN_AI_OPERATION_NAME: semconv.CHAT,

@@ -39,6 +39,7 @@ __all__ = [
     "ConversationIndex",
     "Identity",
     "IdentitySource",
+    "OpeningTexts",
     "derived_id",
     "first_texts",
 ]
@@ -72,17 +73,53 @@ def derived_id(instruction: str, first_user: str) -> str:
 
 def first_texts(messages: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     """The text of the first system or developer message and of the first user message."""
-    instruction: str | None = None
-    user: str | None = None
-    for message in messages:
-        role = message.get("role")
-        if instruction is None and role in _INSTRUCTION_ROLES:
-            instruction = _text(message.get("content"))
-        elif user is None and role == "user":
-            user = _text(message.get("content"))
-        if instruction is not None and user is not None:
-            break
-    return instruction or "", user or ""
+    return OpeningTexts().scan(messages, 0)
+
+
+class OpeningTexts:
+    """`first_texts` of a growing list of messages, reading each message once.
+
+    Example:
+        >>> texts = OpeningTexts()
+        >>> messages = [{"role": "user", "content": "hi"}]
+        >>> texts.scan(messages, 0)
+        ('', 'hi')
+        >>> messages.append({"role": "system", "content": "Be brief."})
+        >>> texts.scan(messages, 1)
+        ('Be brief.', 'hi')
+    """
+
+    __slots__ = ("instruction", "instruction_at", "scanned", "user", "user_at")
+
+    def __init__(self) -> None:
+        """Nothing read yet."""
+        self.instruction: str | None = None
+        self.instruction_at = 0
+        self.user: str | None = None
+        self.user_at = 0
+        self.scanned = 0
+
+    def scan(self, messages: Sequence[Mapping[str, Any]], unchanged: int) -> tuple[str, str]:
+        """`first_texts(messages)`, given that ``messages[:unchanged]`` are the messages read
+        by the previous scan (pass 0 for a list that is not an extension of it)."""
+        if self.scanned > unchanged:
+            self.scanned = unchanged
+            if self.instruction is not None and self.instruction_at >= unchanged:
+                self.instruction = None
+            if self.user is not None and self.user_at >= unchanged:
+                self.user = None
+        index = self.scanned
+        count = len(messages)
+        while index < count and (self.instruction is None or self.user is None):
+            message = messages[index]
+            role = message.get("role")
+            if self.instruction is None and role in _INSTRUCTION_ROLES:
+                self.instruction, self.instruction_at = _text(message.get("content")), index
+            elif self.user is None and role == "user":
+                self.user, self.user_at = _text(message.get("content")), index
+            index += 1
+        self.scanned = index
+        return self.instruction or "", self.user or ""
 
 
 def _text(content: Any) -> str:
@@ -137,8 +174,10 @@ class ConversationIndex:
         *,
         provider_conversation: str | None = None,
         previous_response_id: str | None = None,
+        texts: tuple[str, str] | None = None,
     ) -> Identity:
-        """The conversation of a request with these (plain) messages, in the documented order."""
+        """The conversation of a request with these (plain) messages, in the documented order;
+        `texts` is their `first_texts` when the caller already has it."""
         scoped = scoped_conversation_id()
         if scoped:
             return Identity(scoped, "explicit")
@@ -154,7 +193,7 @@ class ConversationIndex:
                 return Identity(chained, "provider")
             # A chain this process did not see begin: the chain itself is the conversation.
             return Identity(derived_id("", previous_response_id), "derived")
-        derived = derived_id(*first_texts(messages or ()))
+        derived = derived_id(*(texts if texts is not None else first_texts(messages or ())))
         with self._lock:
             known = self._known.get(derived)
             if known is not None:

@@ -21,6 +21,14 @@ orphan checks need the whole transcript; when the provider keeps the history (Op
 with ``previous_response_id`` or ``conversation``) the caller says so and only resolutions and
 duplicates are computed. The functions do no I/O and touch nothing but the state they are
 given; the caller serialises access to one state.
+
+A conversation's requests repeat its history, so the state also keeps a `TranscriptIndex` of
+the last transcript checked: when the next one extends it (it shares its parsed messages, as
+the incremental parse of `otel_compaction.incremental` hands them out), only the appended
+messages are read; any other transcript is indexed whole. The findings are exactly those of a
+full pass over the transcript, within the state's bounds: a full pass would remember again,
+on every request, a resolved call the bounded state has forgotten; the index remembers each
+call once, when its result arrives.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from otel_compaction.ledger import Obligation
-from otel_compaction.transcript import ToolCall, ToolResult, Transcript
+from otel_compaction.transcript import Entry, ToolCall, ToolResult, Transcript
 
 __all__ = [
     "ConversationState",
@@ -42,6 +50,7 @@ __all__ = [
     "RequestFindings",
     "Resolution",
     "Severed",
+    "TranscriptIndex",
     "check_request",
     "check_response",
     "fingerprint",
@@ -131,10 +140,62 @@ class _Bounded(Generic[K, V]):
         return True
 
 
+class TranscriptIndex:
+    """The calls and orphaned results of the last transcript checked, by call id, brought up
+    to date by reading only what a later transcript appended to it."""
+
+    __slots__ = ("_calls", "_entries", "_last", "_results", "calls", "loose")
+
+    def __init__(self) -> None:
+        """An index of nothing."""
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything: the next transcript is read whole."""
+        self.calls: dict[str, list[int]] = {}
+        """Call id -> the ordinals of its calls, in transcript order."""
+        self.loose: dict[str, list[ToolResult]] = {}
+        """Call id -> its results without a call, in transcript order."""
+        self._entries = 0  # entries indexed; the last of them is `_last`
+        self._last: Entry | None = None
+        self._calls = 0
+        self._results = 0
+
+    def update(self, transcript: Transcript) -> list[int]:
+        """Index `transcript`; returns the ordinals, ascending, of the calls whose result it
+        is the first transcript to show (every answered call when it is read whole)."""
+        entries = transcript.entries
+        seen = self._entries
+        # The parser never reuses a message's entry in another parse, so the same entry at the
+        # same place means the same parse, extended.
+        if seen and (len(entries) < seen or entries[seen - 1] is not self._last):
+            self.clear()
+        calls, results = transcript.calls, transcript.results
+        for call in calls[self._calls :]:
+            found = self.calls.get(call.id)
+            if found is None:
+                self.calls[call.id] = [call.ordinal]
+            else:
+                found.append(call.ordinal)
+        answered: list[int] = []
+        for result in results[self._results :]:
+            if result.call is None:
+                self.loose.setdefault(result.call_id, []).append(result)
+            else:
+                answered.append(result.call)
+        self._entries = len(entries)
+        self._last = entries[-1] if entries else None
+        self._calls, self._results = len(calls), len(results)
+        answered.sort()
+        return answered
+
+
 class ConversationState:
-    """What detection remembers about one conversation, bounded by `limit` entries per kind."""
+    """What detection remembers about one conversation, bounded by `limit` entries per kind,
+    and the index of its last transcript."""
 
     __slots__ = (
+        "index",
         "names",
         "pending",
         "reported_orphans",
@@ -151,6 +212,7 @@ class ConversationState:
         self.seen_pairs: _Bounded[tuple[str, str, str], None] = _Bounded(limit)
         self.reported_severed: _Bounded[int, None] = _Bounded(limit)
         self.reported_orphans: _Bounded[str, None] = _Bounded(limit)
+        self.index = TranscriptIndex()
 
     def duplicate_of(self, call: EmittedCall) -> str | None:
         """The id of the resolved call that `call` repeats, if any."""
@@ -191,18 +253,16 @@ def check_request(
     for record in open_obligations:
         if record.is_open and record.kind == "tool_call" and not record.id.startswith(_SPAN_KEY):
             owed.setdefault(record.id, []).append(record)
-    _remember_pairs(transcript, state)
-    loose: dict[str, list[ToolResult]] = {}
-    for result in transcript.results:
-        if result.call is None:
-            loose.setdefault(result.call_id, []).append(result)
+    index = state.index
+    _remember_pairs(transcript, index.update(transcript), state)
+    loose = index.loose
     if not owed and not loose:
         return RequestFindings()
     present: dict[str, list[ToolCall]] = {}
-    if owed:
-        for call in transcript.calls:
-            if call.id in owed:
-                present.setdefault(call.id, []).append(call)
+    for call_id in owed:
+        ordinals = index.calls.get(call_id)
+        if ordinals is not None:
+            present[call_id] = [transcript.calls[ordinal] for ordinal in ordinals]
     resolutions: list[Resolution] = []
     severed: list[Severed] = []
     for call_id, records in owed.items():
@@ -253,11 +313,11 @@ def _resolution(result: ToolResult) -> Resolution:
     return Resolution(result.call_id, result.status, result.text, result.message_index)
 
 
-def _remember_pairs(transcript: Transcript, state: ConversationState) -> None:
-    """Every call the transcript shows answered is a resolved call of the conversation."""
-    for call in transcript.calls:
-        if call.result is None:
-            continue
+def _remember_pairs(transcript: Transcript, answered: list[int], state: ConversationState) -> None:
+    """Every call the transcript shows answered (`answered`: those not remembered from an
+    earlier transcript it extends) is a resolved call of the conversation."""
+    for ordinal in answered:
+        call = transcript.calls[ordinal]
         if state.seen_pairs.first((call.id, call.name, call.arguments), None):
             state.resolved.first(fingerprint(call.name, call.arguments), call.id)
             state.pending.items.pop(call.id, None)
