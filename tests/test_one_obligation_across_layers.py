@@ -176,9 +176,9 @@ def test_an_agents_sdk_call_is_one_obligation_span_and_conversation(
     pipeline: Pipeline, fake_llm_server: FakeLLMServer
 ) -> None:
     emitted = ToolCall("lookup", {"host": "web-7"}, id="call_look")
-    answer = _run_one_call(fake_llm_server, lookup, emitted, "web-7 is up.", group_id="conv-ops")
+    final = _run_one_call(fake_llm_server, lookup, emitted, "web-7 is up.", group_id="conv-ops")
 
-    assert answer == "web-7 is up."
+    assert final == "web-7 is up."
     assert _records(pipeline) == [("tool_call", "call_look", "lookup", "conv-ops", 0, "result")]
     (call,) = _tool_spans(pipeline, sc.EXECUTE_TOOL)
     assert dict(call.attributes or {}) == {
@@ -261,12 +261,12 @@ def test_a_tool_that_raises_is_one_obligation_resolved_error(
         """Migrate a table."""
         raise RuntimeError(f"{table} is locked")
 
-    call = ToolCall("migrate", {"table": "users"}, id="call_mig")
-    answer = _run_one_call(
-        fake_llm_server, migrate, call, "The migration failed.", group_id="conv-m"
+    emitted = ToolCall("migrate", {"table": "users"}, id="call_mig")
+    final = _run_one_call(
+        fake_llm_server, migrate, emitted, "The migration failed.", group_id="conv-m"
     )
 
-    assert answer == "The migration failed."
+    assert final == "The migration failed."
     assert _records(pipeline) == [("tool_call", "call_mig", "migrate", "conv-m", 0, "error")]
     (call,) = _tool_spans(pipeline, sc.EXECUTE_TOOL)
     assert call.status.status_code == StatusCode.ERROR
