@@ -111,8 +111,8 @@ REQUEST_RESOLVED: Final = "compaction.request.resolved"
 RESPONSE_TOOL_CALLS: Final = "compaction.response.tool_calls"
 """How many tool calls the model emitted in its response."""
 CONVERSATION_SOURCE: Final = "compaction.conversation.source"
-"""Where ``gen_ai.conversation.id`` came from: ``explicit``, ``baggage``, ``provider``,
-``continued`` or ``derived``."""
+"""Where ``gen_ai.conversation.id`` came from: ``agents`` (an Agents SDK trace's ``group_id``),
+``explicit``, ``baggage``, ``provider``, ``continued`` or ``derived``."""
 MESSAGE_INDEX: Final = "compaction.message.index"
 DUPLICATE_OF: Final = "compaction.tool_call.duplicate_of"
 """The id of the earlier, resolved call that a duplicate repeats."""

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
@@ -180,7 +181,7 @@ class ObligationHandle:
 class ToolCallHandle(ObligationHandle):
     """A tool call in flight. Call exactly one of `result`, `error` or `abandon`."""
 
-    __slots__ = ("_key", "arguments", "layers")
+    __slots__ = ("_key", "arguments", "layers", "started_ns")
 
     arguments: Any
     layers: frozenset[str]
@@ -209,6 +210,14 @@ class ToolCallHandle(ObligationHandle):
         self.arguments = arguments
         self.layers = _NO_LAYERS if layer is None else frozenset((layer,))
         self._key = (conversation_id or "", call_id)  # in the recorder's index
+        self.started_ns = time.monotonic_ns()
+        """When the call was recorded (``time.monotonic_ns()``): another layer joins calls
+        recorded since its run began."""
+
+    def has_arguments(self, arguments: Any) -> bool:
+        """Whether the call was recorded with `arguments` (JSON text and the value it encodes
+        are the same arguments)."""
+        return bool(_comparable(self.arguments) == _comparable(arguments))
 
     def result(self, content: Any = None) -> None:
         """The tool returned `content`."""
@@ -336,6 +345,67 @@ class ToolCallRecorder:
                     handle.layers = handle.layers | {layer}
                     return handle
         return None
+
+    def join_open(
+        self,
+        tool_name: str,
+        layer: str,
+        *,
+        arguments: Any = None,
+        conversation_id: str | None = None,
+        since_ns: int | None = None,
+        recorded_by: str | None = None,
+        instead_of: ToolCallHandle | None = None,
+    ) -> ToolCallHandle | None:
+        """Join an open call of `tool_name` that another layer recorded, for a layer that sees
+        the call without its id (the Agents SDK's function spans); None when there is none.
+
+        Candidates are open, recorded by a layer (`recorded_by` when given), not joined by
+        `layer` yet, in `conversation_id` (any when None) and opened at or after `since_ns`
+        (``time.monotonic_ns()``; any when None). Among them the earliest whose arguments equal
+        `arguments` (JSON text and the object it encodes are equal) is joined, else the
+        earliest. `instead_of` is a call `layer` joined by a guess that its arguments now
+        contradict: it is left for the call that is really it, unless no candidate matches
+        `arguments` better, and it is returned then.
+        """
+        with self._lock:
+            candidates = [
+                handle
+                for handles in self._layered.values()
+                for handle in handles
+                if handle.name == tool_name
+                and not handle._done
+                and (layer not in handle.layers or handle is instead_of)
+                and (recorded_by is None or recorded_by in handle.layers)
+                and (conversation_id is None or handle.conversation_id == conversation_id)
+                and (since_ns is None or handle.started_ns >= since_ns)
+            ]
+            candidates.sort(key=lambda handle: handle.started_ns)
+            matching = [
+                h for h in candidates if arguments is not None and h.has_arguments(arguments)
+            ]
+            if matching:
+                chosen = matching[0]
+            elif instead_of is not None and instead_of in candidates:
+                chosen = instead_of
+            elif candidates and instead_of is None:
+                chosen = candidates[0]
+            else:
+                return None
+            if instead_of is not None and chosen is not instead_of:
+                instead_of.layers = instead_of.layers - {layer}
+            chosen.layers = chosen.layers | {layer}
+            return chosen
+
+    def join(self, handle: ToolCallHandle, layer: str) -> bool:
+        """`layer` records `handle` too (a call it makes inside another layer's call, such as an
+        MCP request inside a framework's tool): False, and nothing changes, once it is resolved
+        (or when another recorder holds it)."""
+        with self._lock:
+            if handle._done or handle._recorder is not self:
+                return False
+            handle.layers = handle.layers | {layer}
+            return True
 
     def _unindex(self, handle: ToolCallHandle) -> None:
         """Take a resolved handle that a layer recorded out of the layered index (lock held)."""
@@ -702,6 +772,16 @@ class RetryChain(ObligationHandle):
 
 def _conversation_attrs(conversation: str | None) -> dict[str, str]:
     return {semconv.GEN_AI_CONVERSATION_ID: conversation} if conversation else {}
+
+
+def _comparable(arguments: Any) -> Any:
+    """Arguments as compared across layers: JSON text as the value it encodes."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
 
 
 def _failed(handle: ToolCallHandle, exc: BaseException) -> None:

@@ -1,6 +1,10 @@
 """Which conversation an instrumented model request belongs to (``gen_ai.conversation.id``).
 
-The ledger keeps obligations per conversation, so every request must be given one. In order:
+The ledger keeps obligations per conversation, so every request must be given one. A request
+made inside an OpenAI Agents SDK trace with a ``group_id`` (``RunConfig.group_id``) belongs to
+that group (source ``agents``, asked of that SDK's integration once the SDK is imported): the
+conversation its processor files the run's tool calls under, so both layers agree. Otherwise, in
+order:
 
 1. ``explicit``: the innermost ``otel_compaction.conversation(...)`` scope of the caller;
 2. ``baggage``: ``gen_ai.conversation.id`` in the OpenTelemetry baggage (an upstream service set
@@ -22,6 +26,8 @@ thread-safe.
 from __future__ import annotations
 
 import hashlib
+import logging
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,7 +52,9 @@ __all__ = [
 
 DERIVED_PREFIX = "derived:"
 
-IdentitySource = Literal["explicit", "baggage", "provider", "continued", "derived"]
+IdentitySource = Literal["agents", "explicit", "baggage", "provider", "continued", "derived"]
+
+_log = logging.getLogger(__name__)
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
@@ -134,6 +142,18 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _agents_group_id() -> str | None:
+    """The ``group_id`` of the current Agents SDK trace; None until that SDK is imported."""
+    if "agents.tracing" not in sys.modules:
+        return None
+    try:
+        from otel_compaction.integrations.agents_tracing import current_group_id
+    except Exception:
+        _log.debug("otel-compaction: the Agents SDK integration cannot be imported")
+        return None
+    return current_group_id()
+
+
 class _Lru:
     """A bounded mapping that forgets its least recently used keys."""
 
@@ -178,6 +198,9 @@ class ConversationIndex:
     ) -> Identity:
         """The conversation of a request with these (plain) messages, in the documented order;
         `texts` is their `first_texts` when the caller already has it."""
+        group = _agents_group_id()
+        if group:
+            return Identity(group, "agents")
         scoped = scoped_conversation_id()
         if scoped:
             return Identity(scoped, "explicit")

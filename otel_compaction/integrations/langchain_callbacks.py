@@ -8,7 +8,8 @@ resolves it as an error, a cancelled one as abandoned; a LangGraph ``interrupt``
 open (the tool runs again on resume). A call answered without a tool run (a human-in-the-loop
 rejection, ``ToolNode``'s answer to an unknown tool) is resolved from its ``ToolMessage`` when
 the model is next called. The conversation is the run's LangGraph ``thread_id``, else the
-current `otel_compaction.conversation` scope.
+current `otel_compaction.conversation` scope. While a tool runs its call is the running tool's
+(`outer_call`): an MCP call the tool makes joins it instead of opening an obligation of its own.
 
 It is safe across threads and asyncio tasks: open work is kept in dicts keyed by run id and by
 (conversation, call id), guarded by one lock held only for dictionary work, and bounded. It
@@ -33,6 +34,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from otel_compaction import semconv
+from otel_compaction.integrations import outer_call
 from otel_compaction.integrations.langchain_messages import (
     SUMMARY_TAG,
     answered_calls,
@@ -84,7 +86,8 @@ class ObligationCallbackHandler(BaseCallbackHandler):
         self.recorder = recorder
         self._lock = threading.Lock()
         self._chat_runs: dict[UUID, str | None] = {}
-        self._tool_runs: dict[UUID, tuple[ToolCallHandle, str | None]] = {}
+        # Per tool run: its call, the conversation it was found in, the token of its mark.
+        self._tool_runs: dict[UUID, tuple[ToolCallHandle, str | None, outer_call.Mark]] = {}
         # Calls the model emitted and no tool has picked up yet, per (conversation, call id).
         self._emitted: dict[tuple[str, str], list[ToolCallHandle]] = {}
 
@@ -212,7 +215,8 @@ class ObligationCallbackHandler(BaseCallbackHandler):
                 conversation_id=conversation,
                 layer=semconv.LAYER_LANGCHAIN,
             )
-        self._remember(self._tool_runs, run_id, (handle, conversation))
+        mark = outer_call.enter(functools.partial(_same, handle))
+        self._remember(self._tool_runs, run_id, (handle, conversation, mark))
 
     @_never_raises
     def on_tool_end(
@@ -228,7 +232,8 @@ class ObligationCallbackHandler(BaseCallbackHandler):
             run = self._tool_runs.pop(run_id, None)
         if run is None:
             return
-        handle = run[0]
+        handle, _, mark = run
+        outer_call.leave(mark)
         message = _tool_message(output, handle.id)
         if message is None:
             handle.result(None if isinstance(output, Command) else output)
@@ -252,7 +257,8 @@ class ObligationCallbackHandler(BaseCallbackHandler):
             run = self._tool_runs.pop(run_id, None)
             if run is None:
                 return
-            handle, conversation = run
+            handle, conversation, mark = run
+            outer_call.leave(mark)
             if isinstance(error, GraphBubbleUp):
                 # Keyed as this run found it (the handle's conversation may be another
                 # layer's, which recorded the call first).
@@ -312,6 +318,10 @@ class ObligationCallbackHandler(BaseCallbackHandler):
                 del self._emitted[key]
         while len(self._emitted) > _BOUND // 2:
             del self._emitted[next(iter(self._emitted))]
+
+
+def _same(handle: ToolCallHandle) -> ToolCallHandle:
+    return handle
 
 
 def _is_summary_run(tags: list[str] | None, metadata: Mapping[str, Any] | None) -> bool:

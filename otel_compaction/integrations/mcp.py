@@ -13,6 +13,12 @@ request is sent, the call is opened as an obligation through the `ToolCallRecord
 * the calling task cancelled (including by an outer ``asyncio.timeout`` or anyio cancel
   scope, which cancel it): ``abandoned``, reason ``cancelled``.
 
+A ``call_tool`` made inside a framework's tool call (a LangChain tool, an Agents SDK function
+tool: `outer_call`) is part of that call: it joins its obligation (layer ``mcp``) and opens no
+obligation or span of its own, and the framework resolves the call when its tool ends (the tool
+may do more after the response, or answer the model differently). A ``call_tool`` outside any
+framework tool call is its own obligation, as above.
+
 The host sees exactly what it would without instrumentation: the same result object, the same
 exception, re-raised unchanged. A failure of the telemetry is logged and never reaches the host.
 
@@ -37,6 +43,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from otel_compaction import semconv
+from otel_compaction.integrations import outer_call
 from otel_compaction.tracing import ToolCallHandle, ToolCallRecorder
 
 if TYPE_CHECKING:
@@ -139,6 +146,9 @@ def _open(
     recorder: ToolCallRecorder, session: Any, args: Any, kwargs: Any
 ) -> ToolCallHandle | None:
     try:
+        outer = outer_call.current()
+        if outer is not None and recorder.join(outer, semconv.LAYER_MCP):
+            return None  # the framework's call: it resolves it
         name, arguments = _bind(*args, **kwargs)
         return recorder.call(
             str(name),

@@ -1,7 +1,8 @@
 """The OpenAI Agents SDK: function tools as obligations, and its compaction guarded.
 
 * `ObligationTracingProcessor` (in `agents_tracing`): the SDK's function-tool spans become
-  obligations in the ledger, with ``execute_tool`` / ``tool_result`` spans.
+  obligations in the ledger, with ``execute_tool`` / ``tool_result`` spans; over the
+  instrumented OpenAI SDK a span joins the call that layer opened, so each call is one.
 * `CompactionGuardSession` (in `agents_session`): wraps the SDK's compaction session and asks
   the gate before every compaction, deferring or refusing while obligations are open.
 * `instrument` registers one processor with the SDK's tracing; `uninstrument` turns it off.
