@@ -13,6 +13,7 @@ Needs Phoenix in its own environment (``.venv-phoenix``, from ``tests/phoenix-re
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -27,10 +28,12 @@ from e2e_servers import (
     phoenix_python,
     wait_until,
 )
+from readme_snippets import keyed
 
 from otel_compaction import semconv
 
 PROJECT = "otel-compaction-e2e"
+DEMO_PROJECT = "otel-compaction-demo"  # as the README's command names it
 STEPS = 2
 AGENT = Path(__file__).with_name("e2e_agent.py")
 
@@ -137,3 +140,68 @@ def test_phoenix_receives_tool_calls_results_and_the_refusal(
     deferrals = [s for s in spans if _attributes(s).get(semconv.ACTION) == "defer"]
     assert len(deferrals) == 2 * STEPS
     assert all(any(e["name"] == semconv.EVENT_DEFERRED for e in s["events"]) for s in deferrals)
+
+
+def test_the_readme_demo_command_reaches_phoenix(phoenix: PhoenixServer, tmp_path: Path) -> None:
+    """The README's "See it" command, run against this Phoenix instead of port 6006."""
+    command = keyed()["phoenix-demo"].code
+    assert "http://127.0.0.1:6006" in command
+    command = command.replace("http://127.0.0.1:6006", phoenix.url)
+    environment = loopback_environment(
+        {"PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    )
+    for name in [name for name in environment if name.startswith("OTEL_")]:
+        del environment[name]
+    demo = ManagedProcess(
+        ["bash", "-euo", "pipefail", "-c", command],
+        log_path=tmp_path / "demo.log",
+        env=environment,
+        cwd=tmp_path,
+    )
+    with demo:
+        assert demo.wait(timeout=60) == 0, demo.describe()
+    assert "Failed to export" not in demo.log_tail(200), demo.describe()
+
+    def refusals_arrived() -> list[dict[str, Any]] | None:
+        spans = phoenix.spans(DEMO_PROJECT)
+        refused = [
+            span
+            for span in spans
+            if span["name"] == semconv.EVALUATE_SPAN
+            and _attributes(span).get(semconv.ACTION) == "refuse"
+        ]
+        return spans if len(refused) == 3 else None
+
+    spans = wait_until(
+        refusals_arrived,
+        timeout=30,
+        message="Phoenix did not return the demo's three refusals",
+        describe=lambda: str(Counter(s["name"] for s in phoenix.spans(DEMO_PROJECT))),
+    )
+    names = Counter(span["name"].split(" ", 1)[0] for span in spans)
+    assert names[semconv.EXECUTE_TOOL] > 0, names
+    assert names[semconv.TOOL_RESULT_SPAN] == names[semconv.EXECUTE_TOOL], names
+    call_ids = {
+        _attributes(s)[semconv.GEN_AI_TOOL_CALL_ID]
+        for s in spans
+        if s["name"].startswith(semconv.EXECUTE_TOOL + " ")
+    }
+    result_ids = {
+        _attributes(s)[semconv.GEN_AI_TOOL_CALL_ID]
+        for s in spans
+        if s["name"].startswith(semconv.TOOL_RESULT_SPAN + " ")
+    }
+    assert result_ids == call_ids
+    for span in spans:
+        if _attributes(span).get(semconv.ACTION) != "refuse":
+            continue
+        [event] = [e for e in span["events"] or [] if e["name"] == semconv.EVENT_REFUSED]
+        assert "open_tool_call" in _attributes(event)[semconv.RULES]
+        named = zip(
+            _attributes(event)[semconv.OBLIGATION_KINDS],
+            _attributes(event)[semconv.OBLIGATION_IDS],
+            strict=True,
+        )
+        in_flight = {call_id for kind, call_id in named if kind == "tool_call"}
+        assert in_flight, _attributes(event)
+        assert in_flight <= call_ids
