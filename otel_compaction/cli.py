@@ -541,7 +541,8 @@ def _policy(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _archive(args: argparse.Namespace, out: TextIO) -> int:
-    with Archive(args.db, create=False) as archive:
+    # Inspection never writes: read-only, no schema, no journal-mode switch, no chmod.
+    with Archive(args.db, readonly=True) as archive:
         if args.action == "list":
             spans = archive.spans()
             if args.format == "json":
@@ -551,7 +552,10 @@ def _archive(args: argparse.Namespace, out: TextIO) -> int:
                 _write_archive_list(out, str(archive.path), spans)
             return EXIT_OK
         record = archive.get(args.handle)
-        data = archive.recall_bytes(args.handle)
+        if args.format == "raw":  # the stored bytes, whatever they hold
+            data = archive.recall_bytes(args.handle)
+        else:
+            messages = archive.recall(args.handle)
     if args.format == "raw":
         buffer = getattr(out, "buffer", None)
         if buffer is None:
@@ -561,7 +565,6 @@ def _archive(args: argparse.Namespace, out: TextIO) -> int:
             buffer.write(data)
             buffer.flush()
         return EXIT_OK
-    messages = json.loads(data)
     if args.format == "json":
         json.dump({**record.to_dict(), "messages": messages}, out, ensure_ascii=False)
         out.write("\n")

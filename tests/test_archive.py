@@ -26,6 +26,7 @@ from archive_harness import (  # noqa: F401 - archive_fixture registers the fixt
     archive_fixture,
     expected_bytes,
     row_count,
+    run_cli,
 )
 from conftest import Transcript
 from workers import run_in_threads
@@ -436,8 +437,8 @@ def test_unknown_handle_names_handle_and_path(archive: Archive) -> None:
         ([{"k": {"a", "b"}}], "set is not JSON data"),
         ([{"k": "\ud800"}], "lone surrogate"),
         (b"not json", "not a JSON list"),
-        (b'{"role": "user"}', "not a JSON list of message objects"),
-        (b"[1, 2]", "not a JSON list of message objects"),
+        (b'{"role": "user"}', "bytes are a JSON object, not a list of messages"),
+        (b"[1, 2]", "item 0 is a JSON number, not a message object"),
         (b"[]", "no messages"),
         (b'[{"n": NaN}]', "NaN is not JSON"),
         (b'[{"c": "\xff"}]', "not UTF-8"),
@@ -545,22 +546,6 @@ def test_recall_tool_definitions() -> None:
 
 
 # -- 6. the command line ---------------------------------------------------------------------------
-
-
-def run_cli(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    """Run ``python -m otel_compaction`` as a real process; stdout and stderr as bytes."""
-    environment = {k: v for k, v in os.environ.items() if k != ARCHIVE_ENV}
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "otel_compaction", *args],
-        capture_output=True,
-        cwd=cwd,
-        env=environment,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_cli_show_raw_prints_the_exact_bytes(tmp_path: Path) -> None:
