@@ -619,7 +619,7 @@ def test_cli_show_text_and_json(tmp_path: Path) -> None:
     out = io.StringIO()
     assert main(["archive", "show", record.handle, "--db", str(db)], stdout=out) == 0
     text = out.getvalue()
-    assert record.handle in text and "messages 1..2 (2 messages)" in text
+    assert record.handle in text and "\nspan:         1:3 (2 messages)\n" in text
     assert "conv-9" in text and "strict" in text and "A quote of 0.1 was ok." in text
     assert "--- message 1 (assistant) ---" in text and "--- message 2 (tool) ---" in text
     assert "1.7976931348623157e+308" in text

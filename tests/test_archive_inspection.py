@@ -184,7 +184,7 @@ def test_a_write_protected_archive_is_readable_and_left_as_it_was(tmp_path: Path
     assert lines[2].startswith(f"{handle}        3:5     2") and "conv-1" in lines[2]
     assert (raw.returncode, raw.stdout, raw.stderr) == (0, STORED, b"")
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.decode().splitlines()[1] == "span:         messages 3..4 (2 messages)"
+    assert shown.stdout.decode().splitlines()[1] == "span:         3:5 (2 messages)"
 
 
 def test_reading_opens_nothing_creates_nothing_and_refuses_to_store(tmp_path: Path) -> None:
