@@ -116,6 +116,24 @@ _META_COLUMNS: Final = (
     "created_at, policy, summary"
 )
 _FILE_MODE: Final = 0o600
+_COLUMN_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "handle": (str,),
+    "sha256": (str,),
+    "conversation_id": (str, type(None)),
+    "span_start": (int,),
+    "span_end": (int,),
+    "message_count": (int,),
+    "size": (int,),
+    "created_at": (float, int),
+    "policy": (str, type(None)),
+    "summary": (str, type(None)),
+}
+_TYPE_NAMES: Final[dict[type, str]] = {
+    str: "text",
+    int: "an integer",
+    float: "a number",
+    type(None): "NULL",
+}
 # Bytes 18 and 19 of an SQLite header are 2 in WAL mode (1 in rollback-journal mode).
 _WAL_HEADER_OFFSET: Final = 18
 _WAL_HEADER_VERSION: Final = 2
@@ -592,9 +610,21 @@ class Archive:
             handle=handle,
         )
 
-    @staticmethod
-    def _record(row: Sequence[Any]) -> ArchivedSpan:
+    def _record(self, row: Sequence[Any]) -> ArchivedSpan:
+        """The record of a row, refusing a column whose value has the wrong type (a row
+        written by something else), so that no reader meets a string where a number was."""
         handle, sha256, conversation_id, start, end, count, size, created, policy, summary = row
+        columns = zip(_META_COLUMNS.split(", "), row, strict=True)
+        for column, value in columns:
+            kinds = _COLUMN_TYPES[column]
+            if not isinstance(value, kinds) or isinstance(value, bool):
+                wanted = " or ".join(_TYPE_NAMES[kind] for kind in kinds)
+                raise ArchiveError(
+                    f"archived span {handle} in archive {self._path}: column {column} holds "
+                    f"{value!r}, not {wanted}",
+                    path=self._path,
+                    handle=str(handle),
+                )
         return ArchivedSpan(
             handle=handle,
             start=start,
@@ -602,7 +632,7 @@ class Archive:
             count=count,
             size=size,
             sha256=sha256,
-            created_at=created,
+            created_at=float(created),
             conversation_id=conversation_id,
             policy=policy,
             summary=summary,

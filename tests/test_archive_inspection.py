@@ -319,3 +319,16 @@ def test_many_processes_create_one_new_archive_at_once(tmp_path: Path) -> None:
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         conn.close()
         assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
+def test_list_and_show_a_row_whose_metadata_has_the_wrong_type(tmp_path: Path) -> None:
+    db, handle = archive_with_one_span(tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE archived_spans SET created_at = 'soon'")
+    conn.close()
+    problem = (
+        f"archived span {handle} in archive {db}: column created_at holds 'soon', "
+        "not a number or an integer"
+    )
+    assert error_line(run_cli("archive", "list", "--db", str(db), cwd=tmp_path)) == problem
+    assert error_line(run_cli("archive", "show", handle, "--db", str(db), cwd=tmp_path)) == problem
