@@ -19,7 +19,15 @@ Guarantees:
 * **Private.** A new database file is created with mode 0600 before SQLite opens it (SQLite
   gives its ``-wal`` and ``-shm`` files the same mode); an existing archive that grants group
   or other users access has that access taken away once it is known to be an archive.
-* **Thread-safe.** One connection, serialized by a lock; several processes may share a file.
+* **Thread-safe.** One connection, serialized by a lock; several processes may share a file,
+  and several may create the same new file at once: the schema is created under
+  ``BEGIN IMMEDIATE`` (the busy timeout applies) and the switch to WAL, which SQLite does not
+  wait for, is retried until the timeout and accepted when another process made it.
+* **Inspection never writes.** ``Archive(path, readonly=True)`` opens the file read-only
+  (``mode=ro``): it creates no file and no schema, changes no journal mode or permission, and
+  reads a write-protected file. A WAL-mode file with no ``-wal`` beside it (no writer has it
+  open) is read as immutable, so that reading leaves no ``-wal`` or ``-shm`` behind; should a
+  writer change the file during a read, the read is made again through SQLite's locks.
 
 Every failure (unknown handle, corrupt or foreign file, closed archive) raises `ArchiveError`
 naming the database path.
@@ -50,7 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from otel_compaction.errors import ArchiveError
 
@@ -108,6 +116,31 @@ _META_COLUMNS: Final = (
     "created_at, policy, summary"
 )
 _FILE_MODE: Final = 0o600
+_COLUMN_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "handle": (str,),
+    "sha256": (str,),
+    "conversation_id": (str, type(None)),
+    "span_start": (int,),
+    "span_end": (int,),
+    "message_count": (int,),
+    "size": (int,),
+    "created_at": (float, int),
+    "policy": (str, type(None)),
+    "summary": (str, type(None)),
+}
+_TYPE_NAMES: Final[dict[type, str]] = {
+    str: "text",
+    int: "an integer",
+    float: "a number",
+    type(None): "NULL",
+}
+# Bytes 18 and 19 of an SQLite header are 2 in WAL mode (1 in rollback-journal mode).
+_WAL_HEADER_OFFSET: Final = 18
+_WAL_HEADER_VERSION: Final = 2
+_RETRY_FIRST_DELAY: Final = 0.002
+_RETRY_MAX_DELAY: Final = 0.05
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +280,23 @@ def _check_json(messages: Sequence[Any]) -> None:
             raise ArchiveError(f"{_where(location)}: a {type(value).__name__} is not JSON data")
 
 
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLite's "database is locked" (SQLITE_BUSY); Python before 3.11 gives only the text."""
+    return str(exc).startswith(("database is locked", "database is busy"))
+
+
+def _in_wal_mode(path: Path) -> bool:
+    """Whether the file's SQLite header says WAL mode (a short or foreign file says no)."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(_WAL_HEADER_OFFSET + 2)
+    except OSError:
+        return False
+    return header.startswith(b"SQLite format 3\x00") and header[_WAL_HEADER_OFFSET:] == bytes(
+        (_WAL_HEADER_VERSION, _WAL_HEADER_VERSION)
+    )
+
+
 def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
@@ -259,9 +309,22 @@ def _decode(data: bytes) -> list[dict[str, Any]]:
         raise ArchiveError(f"bytes are not UTF-8 (at byte {exc.start})") from None
     except (ValueError, RecursionError) as exc:
         raise ArchiveError(f"bytes are not a JSON list of messages: {exc}") from None
-    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
-        raise ArchiveError("bytes are not a JSON list of message objects")
+    if not isinstance(value, list):
+        raise ArchiveError(f"bytes are {_json_kind(value)}, not a list of messages")
+    for index, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise ArchiveError(f"item {index} is {_json_kind(message)}, not a message object")
+    if not value:
+        raise ArchiveError("bytes are an empty list: no messages")
     return value
+
+
+def _json_kind(value: object) -> str:
+    if value is None or isinstance(value, bool):
+        return f"JSON {json.dumps(value)}"
+    kinds = {dict: "object", list: "list", str: "string", int: "number", float: "number"}
+    kind = kinds.get(type(value), type(value).__name__)
+    return f"a JSON {kind}"
 
 
 class Archive:
@@ -270,7 +333,10 @@ class Archive:
     Args:
         path: the database file; `default_archive_path()` when None.
         create: create the file when it does not exist; when False, a missing file is an
-            `ArchiveError` (read-only inspection must not leave files behind).
+            `ArchiveError`.
+        readonly: open for inspection only (``archive list`` and ``archive show``): nothing
+            is created or changed, a missing file, an empty file or a foreign database is an
+            `ArchiveError`, and the writing methods raise it too. Implies ``create=False``.
         timeout: seconds to wait for another process's write lock.
 
     Use it as a context manager, or call `close`. Methods may be called from any thread.
@@ -281,20 +347,21 @@ class Archive:
         path: str | os.PathLike[str] | None = None,
         *,
         create: bool = True,
+        readonly: bool = False,
         timeout: float = 30.0,
     ) -> None:
         self._path = Path(path) if path is not None else default_archive_path()
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
-        self._prepare_file(create)
-        try:
-            conn = sqlite3.connect(
-                self._path, timeout=timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise ArchiveError(
-                f"cannot open archive {self._path}: {exc}", path=self._path
-            ) from None
+        self._timeout = timeout
+        self._readonly = readonly
+        self._immutable: tuple[int, int, int] | None = None
+        """While the file is read as immutable: its (inode, size, mtime) when opened."""
+        self._prepare_file(create and not readonly)
+        if readonly:
+            self._conn = self._open_readonly()
+            return
+        conn = self._connect(str(self._path), uri=False)
         try:
             self._initialise(conn)
         except BaseException:
@@ -346,44 +413,157 @@ class Archive:
             except OSError as exc:  # not ours to change, or gone: leave it
                 _log.debug("archive file %s: permissions left as they are: %s", path, exc)
 
-    def _initialise(self, conn: sqlite3.Connection) -> None:
-        """Switch to WAL, check the file is an archive (or empty) and create the schema."""
+    def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
         try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise ArchiveError(
-                    f"archive {self._path}: cannot use WAL journal mode (got {mode})",
-                    path=self._path,
-                )
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._check_or_create_schema(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:
+            return sqlite3.connect(
+                target,
+                timeout=self._timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=uri,
+            )
+        except sqlite3.Error as exc:
             raise ArchiveError(
-                f"{self._path} is not a usable archive: {exc}", path=self._path
+                f"cannot open archive {self._path}: {exc}", path=self._path
             ) from None
+
+    def _initialise(self, conn: sqlite3.Connection) -> None:
+        """Check the file is an archive (or empty) and create the schema, then switch to WAL.
+
+        The schema comes first, under ``BEGIN IMMEDIATE``, so a foreign database is refused
+        before anything is changed and processes creating the same archive wait for each
+        other (the busy timeout applies to it). SQLite returns "database is locked" for a
+        journal-mode switch at once, without waiting, so the switch is retried (with the
+        schema check) until the timeout; a file another process switched already is taken
+        as it is.
+        """
+        deadline = time.monotonic() + self._timeout
+        delay = _RETRY_FIRST_DELAY
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                conn.execute(f"PRAGMA busy_timeout={int(remaining * 1000)}")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._check_or_create_schema(conn)
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+                if mode != "wal":
+                    mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+                if mode != "wal":
+                    raise ArchiveError(
+                        f"archive {self._path}: cannot use WAL journal mode (got {mode})",
+                        path=self._path,
+                    )
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() >= deadline:
+                    raise self._unusable(exc) from None
+            except sqlite3.DatabaseError as exc:
+                raise self._unusable(exc) from None
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, _RETRY_MAX_DELAY)
+
+    def _unusable(self, exc: sqlite3.Error) -> ArchiveError:
+        return ArchiveError(f"{self._path} is not a usable archive: {exc}", path=self._path)
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        """A read-only connection to an existing archive, checked before any read."""
+        wal = Path(f"{self._path}-wal")
+        immutable = _in_wal_mode(self._path) and not wal.exists()
+        conn = self._connect(self._uri(immutable=immutable), uri=True)
+        try:
+            self._immutable = self._signature() if immutable else None
+            self._check_readable(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise self._unusable(exc) from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _uri(self, *, immutable: bool) -> str:
+        return self._path.absolute().as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
+
+    def _signature(self) -> tuple[int, int, int]:
+        info = self._path.stat()
+        return info.st_ino, info.st_size, info.st_mtime_ns
+
+    def _moved(self) -> bool:
+        """Whether a file read as immutable was changed, or a writer opened it, meanwhile."""
+        if self._immutable is None:
+            return False
+        try:
+            changed = self._signature() != self._immutable
+        except OSError:
+            changed = True
+        return changed or Path(f"{self._path}-wal").exists()
+
+    def _read(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run a read; read again through SQLite's locks if the immutable file moved."""
+        with self._lock:
+            try:
+                with self._connection() as conn:
+                    result = query(conn)
+            except ArchiveError:
+                if not self._moved():
+                    raise
+            else:
+                if not self._moved():
+                    return result
+            # A writer came: read as any reader does, taking part in SQLite's locking.
+            if self._conn is not None:
+                self._conn.close()
+            self._immutable = None
+            self._conn = self._connect(self._uri(immutable=False), uri=True)
+            with self._connection() as conn:
+                return query(conn)
+
+    def _check_readable(self, conn: sqlite3.Connection) -> None:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        table = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_TABLE,)
+        ).fetchone()
+        if table is None:
+            raise self._foreign(f"no table {_TABLE}")
+        if app_id != _APPLICATION_ID:
+            raise self._foreign(f"application id {app_id:#x}, not {_APPLICATION_ID:#x}")
+        if version > _SCHEMA_VERSION:
+            raise self._newer(version)
+
+    def _foreign(self, reason: str) -> ArchiveError:
+        return ArchiveError(
+            f"{self._path}: not an otel-compaction archive: {reason}", path=self._path
+        )
+
+    def _newer(self, version: int) -> ArchiveError:
+        return ArchiveError(
+            f"archive {self._path} has schema version {version}; this version of "
+            f"otel-compaction reads up to {_SCHEMA_VERSION}",
+            path=self._path,
+        )
 
     def _check_or_create_schema(self, conn: sqlite3.Connection) -> None:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if app_id == _APPLICATION_ID:
             if version > _SCHEMA_VERSION:
-                raise ArchiveError(
-                    f"archive {self._path} has schema version {version}; this version of "
-                    f"otel-compaction reads up to {_SCHEMA_VERSION}",
-                    path=self._path,
-                )
+                raise self._newer(version)
             return
         tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         if app_id != 0 or tables:
-            raise ArchiveError(
-                f"{self._path} is an SQLite database but not an otel-compaction archive",
-                path=self._path,
+            raise self._foreign(
+                f"application id {app_id:#x}, not {_APPLICATION_ID:#x}"
+                if app_id
+                else f"no table {_TABLE}, and {tables} other schema object(s)"
             )
         for statement in _SCHEMA.split(";"):
             if statement.strip():
@@ -409,6 +589,13 @@ class Archive:
             except sqlite3.Error as exc:
                 raise ArchiveError(f"archive {self._path}: {exc}", path=self._path) from None
 
+    def _writable(self) -> None:
+        if self._readonly:
+            raise ArchiveError(
+                f"archive {self._path} was opened read-only; nothing can be stored",
+                path=self._path,
+            )
+
     def _unknown(self, handle: str) -> ArchiveError:
         if not isinstance(handle, str) or not _HANDLE_RE.fullmatch(handle):
             return ArchiveError(
@@ -423,9 +610,21 @@ class Archive:
             handle=handle,
         )
 
-    @staticmethod
-    def _record(row: Sequence[Any]) -> ArchivedSpan:
+    def _record(self, row: Sequence[Any]) -> ArchivedSpan:
+        """The record of a row, refusing a column whose value has the wrong type (a row
+        written by something else), so that no reader meets a string where a number was."""
         handle, sha256, conversation_id, start, end, count, size, created, policy, summary = row
+        columns = zip(_META_COLUMNS.split(", "), row, strict=True)
+        for column, value in columns:
+            kinds = _COLUMN_TYPES[column]
+            if not isinstance(value, kinds) or isinstance(value, bool):
+                wanted = " or ".join(_TYPE_NAMES[kind] for kind in kinds)
+                raise ArchiveError(
+                    f"archived span {handle} in archive {self._path}: column {column} holds "
+                    f"{value!r}, not {wanted}",
+                    path=self._path,
+                    handle=str(handle),
+                )
         return ArchivedSpan(
             handle=handle,
             start=start,
@@ -433,7 +632,7 @@ class Archive:
             count=count,
             size=size,
             sha256=sha256,
-            created_at=created,
+            created_at=float(created),
             conversation_id=conversation_id,
             policy=policy,
             summary=summary,
@@ -477,6 +676,7 @@ class Archive:
             raise ArchiveError("nothing to archive: the span has no messages", path=self._path)
         if isinstance(start, bool) or not isinstance(start, int) or start < 0:
             raise ArchiveError(f"start must be a non-negative integer, got {start!r}")
+        self._writable()
         digest = hashlib.sha256(data).hexdigest()
         handle = HANDLE_PREFIX + digest[:_HANDLE_HEX_DIGITS]
         with self._connection() as conn:
@@ -542,6 +742,7 @@ class Archive:
 
     def attach_summary(self, handle: str, summary: str) -> ArchivedSpan:
         """Record (or replace) the summary that replaced an archived span; return the record."""
+        self._writable()
         with self._connection() as conn:
             cursor = conn.execute(
                 f"UPDATE {_TABLE} SET summary = ? WHERE handle = ?", (summary, handle)
@@ -554,20 +755,22 @@ class Archive:
 
     def get(self, handle: str) -> ArchivedSpan:
         """The record of an archived span (metadata only); `ArchiveError` if unknown."""
-        with self._connection() as conn:
-            row = conn.execute(
+        row = self._read(
+            lambda conn: conn.execute(
                 f"SELECT {_META_COLUMNS} FROM {_TABLE} WHERE handle = ?", (handle,)
             ).fetchone()
+        )
         if row is None:
             raise self._unknown(handle)
         return self._record(row)
 
     def recall_bytes(self, handle: str) -> bytes:
         """The stored bytes of a span, byte for byte, after checking their SHA-256."""
-        with self._connection() as conn:
-            row = conn.execute(
+        row = self._read(
+            lambda conn: conn.execute(
                 f"SELECT sha256, data FROM {_TABLE} WHERE handle = ?", (handle,)
             ).fetchone()
+        )
         if row is None:
             raise self._unknown(handle)
         digest, data = row[0], bytes(row[1])
@@ -601,20 +804,23 @@ class Archive:
         if conversation_id is not None:
             query += " WHERE conversation_id = ?"
             params = (conversation_id,)
-        with self._connection() as conn:
-            rows = conn.execute(query + " ORDER BY rowid", params).fetchall()
+        rows = self._read(lambda conn: conn.execute(query + " ORDER BY rowid", params).fetchall())
         return [self._record(row) for row in rows]
 
     def __contains__(self, handle: object) -> bool:
         if not isinstance(handle, str):
             return False
-        with self._connection() as conn:
-            row = conn.execute(f"SELECT 1 FROM {_TABLE} WHERE handle = ?", (handle,)).fetchone()
+        row = self._read(
+            lambda conn: conn.execute(
+                f"SELECT 1 FROM {_TABLE} WHERE handle = ?", (handle,)
+            ).fetchone()
+        )
         return row is not None
 
     def __len__(self) -> int:
-        with self._connection() as conn:
-            return int(conn.execute(f"SELECT count(*) FROM {_TABLE}").fetchone()[0])
+        return int(
+            self._read(lambda conn: conn.execute(f"SELECT count(*) FROM {_TABLE}").fetchone()[0])
+        )
 
     # -- lifetime --------------------------------------------------------------------------
 

@@ -8,13 +8,14 @@ Exit status of ``check``: 0 compact or clean, 1 defer or findings, 3 refuse, 2 u
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NoReturn, TextIO, cast
+from typing import Any, Final, NoReturn, TextIO, cast
 
 import yaml
 
@@ -33,6 +34,12 @@ __all__ = ["main"]
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_REFUSED = 0, 1, 2, 3
 
 EXAMPLE_TRANSCRIPT = Path(__file__).resolve().parent / "examples" / "deploy_agent.json"
+
+_INDICES = """\
+indices: messages are numbered from 0. A span START:END is half-open, as in --span:
+  messages START up to, not including, END (1:12 is messages 1 to 11). Cut i is the
+  boundary just before message i. Every span in the output is written this way.
+"""
 
 _EPILOG = """\
 exit status: 0 compact or clean, 1 defer or findings, 3 refuse, 2 unusable input
@@ -98,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         "Responses are detected per message) and report its closed cuts, open calls, orphan "
         "results and findings. With --span, also decide: compact, defer or refuse.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_EPILOG,
+        epilog=_INDICES + "\n" + _EPILOG,
     )
     check.add_argument("path", metavar="PATH", nargs="?", help="transcript file, or - for stdin")
     check.add_argument(
@@ -109,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--span",
         metavar="START:END",
-        help="messages START..END-1 to compact (END may be omitted: to the end)",
+        help="the span to compact, half-open: messages START up to, not including, END "
+        "(END may be omitted: to the end)",
     )
     check.add_argument(
         "--critical", action="store_true", help="the budget is critical: no deferral allowed"
@@ -387,6 +395,15 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     decision: Decision | None = None
     if span is not None:
         start, end = span[0], span[1] if span[1] is not None else len(transcript)
+        if not 0 <= start < end <= len(transcript):
+            raise CompactionError(
+                f"--span {start}:{end}: not a non-empty span of the {len(transcript)} messages "
+                f"(0 <= START < END <= {len(transcript)})"
+            )
+        if end <= analysis.head:
+            raise CompactionError(
+                f"--span {start}:{end}: inside the protected head, span 0:{analysis.head}"
+            )
         try:
             decision = gate.evaluate(
                 analysis, start, end, critical=args.critical, addressable=args.archived
@@ -400,7 +417,7 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
         json.dump(report, out, ensure_ascii=False)
         out.write("\n")
     else:
-        _write_text(out, args.path, report, findings, decision)
+        _write_text(out, args.path, analysis, report, findings, decision, args.archived)
     if decision is not None:
         return {"compact": EXIT_OK, "defer": EXIT_FINDINGS, "refuse": EXIT_REFUSED}[decision.action]
     return EXIT_FINDINGS if any(f.severity in ("block", "warn") for f in findings) else EXIT_OK
@@ -456,7 +473,7 @@ def _ranges(cuts: list[int]) -> str:
         j = i
         while j + 1 < len(cuts) and cuts[j + 1] == cuts[j] + 1:
             j += 1
-        parts.append(str(cuts[i]) if i == j else f"{cuts[i]}-{cuts[j]}")
+        parts.append(str(cuts[i]) if i == j else f"{cuts[i]} to {cuts[j]}")
         i = j + 1
     return ", ".join(parts) or "none"
 
@@ -465,14 +482,46 @@ def _meaning(rule: str) -> str:
     return RULES[rule].summary
 
 
+# The jargon of the text output, explained after it: (what shows it was used, its meaning).
+_TERMS: Final = (
+    ("span", " span ", "START:END is half-open: messages START up to, not including, END "
+     "(1:12 is messages 1 to 11); a message number is its index, from 0"),
+    ("closed cut", "closed cut", "cut i is the boundary just before message i; it is closed "
+     "when every tool call before it has its result before it too, so a span may start or "
+     "end there"),
+    ("protected head", "protected head", "the leading system and developer messages, never "
+     "compacted"),
+    ("extended", "extended to", "the span's end moved forward to the first closed cut after "
+     "the results its calls wait for, so no call is cut off from its result"),
+    ("deferral", "DEFER", "the requested span is live, so the older closed span before its "
+     "first open obligation is compacted instead and the rest stays verbatim"),
+    ("refusal", "REFUSE", "no part of the span can be compacted without losing an open "
+     "obligation; the transcript stays as it is"),
+    ("obligation", "obligation", "something the agent still owes: a call without its "
+     "result, an open transaction, a retry not yet successful, a promise not yet kept"),
+    ("block", "[block]", "a finding that keeps the span from being compacted as asked"),
+    ("carry", "[carry]", "a finding the summary must carry for the compaction to stand"),
+    ("warn", "[warn ]", "a finding reported only"),
+    ("must carry", "must carry", "what the summary that replaces the span has to state; it "
+     "is verified after summarizing"),
+    ("contradiction probe", "contradiction probe", "the check that the summary alone still "
+     "says what was established not to be the case (every negative result stated); a span "
+     "archived verbatim (--archived) can be recalled instead"),
+)  # fmt: skip
+
+
 def _write_text(
     out: TextIO,
     path: str,
+    analysis: Analysis,
     report: dict[str, Any],
     findings: list[Finding],
     decision: Decision | None,
+    addressable: bool,
 ) -> None:
-    w = out.write
+    """The text report, then what its rules and terms mean (only those it used)."""
+    text = io.StringIO()
+    w = text.write
     n = report["messages"]
     answered = report["tool_calls"] - len(report["open_calls"])
     w(
@@ -496,9 +545,9 @@ def _write_text(
     lines = report.get("lines")
     _write_findings(w, "findings", findings, lines)
     if decision is not None:
-        w(f"\ndecision: {decision.action.upper()}: {decision.describe()}\n")
-        _write_findings(w, f"findings in messages {decision.span[0]}..{decision.span[1] - 1}",
-                        list(decision.findings), lines)  # fmt: skip
+        _write_decision(w, analysis, decision, addressable)
+        start, end = decision.span
+        _write_findings(w, f"findings in span {start}:{end}", list(decision.findings), lines)
         carry = decision.must_carry
         if carry.identifiers:
             w(f"must carry identifiers: {', '.join(carry.identifiers)}\n")
@@ -510,6 +559,48 @@ def _write_text(
         w("\nwhat the findings mean:\n")
         for rule in rules:
             w(f"  {rule}: {_meaning(rule)}\n")
+    body = text.getvalue()
+    used = [(term, meaning) for term, shows, meaning in _TERMS if shows in body]
+    out.write(body)
+    if used:
+        out.write("\nterms used above:\n")
+        for term, meaning in used:
+            out.write(f"  {term}: {meaning}\n")
+
+
+def _write_decision(w: Any, analysis: Analysis, decision: Decision, addressable: bool) -> None:
+    """The decision in the output's one convention, and why its span is not the one asked."""
+    (start, end), (asked_start, asked_end) = decision.span, decision.requested
+    if decision.action == "refuse":
+        remedies = "; ".join(f"{r.describe()}: {r.discharge}" for r in decision.obligations)
+        w(f"\ndecision: REFUSE span {asked_start}:{asked_end}\n")
+        w(f"refused: open obligations, and how to discharge them: {remedies or 'none'}\n")
+        return
+    w(f"\ndecision: {decision.action.upper()} span {start}:{end}"
+      f"{f' (requested {asked_start}:{asked_end})' if decision.span != decision.requested else ''}"
+      "\n")  # fmt: skip
+    if start != asked_start:
+        head = "message 0 is" if start == 1 else f"span 0:{start} is"
+        w(f"start moved from {asked_start} to {start}: {head} the protected head\n")
+    if decision.action == "defer":
+        named = "; ".join(r.describe() for r in decision.obligations) or "none"
+        w(f"deferred to {start}:{end}: span {start}:{asked_end} holds open obligations "
+          f"({named}); span {end}:{asked_end} stays verbatim\n")  # fmt: skip
+    elif decision.extended:
+        w(f"extended to {end}: {_extension_reason(analysis, decision, addressable)}\n")
+
+
+def _extension_reason(analysis: Analysis, decision: Decision, addressable: bool) -> str:
+    """What resolves at the new end's last message: the reason the end moved there."""
+    start, end = decision.span
+    blocking = analysis.blocking_rules(addressable)
+    for tracked in reversed(analysis.obligations_opened_in(start, end)):
+        if tracked.resolved == end - 1 and tracked.rule in blocking:
+            if tracked.kind == "tool_call":
+                return f"message {end - 1} answers the call at {tracked.opened}"
+            kind = tracked.kind.replace("_", " ")
+            return f"message {end - 1} resolves the {kind} opened at {tracked.opened}"
+    return f"{end} is the first closed cut past what the span left open"
 
 
 def _write_findings(
@@ -541,7 +632,8 @@ def _policy(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _archive(args: argparse.Namespace, out: TextIO) -> int:
-    with Archive(args.db, create=False) as archive:
+    # Inspection never writes: read-only, no schema, no journal-mode switch, no chmod.
+    with Archive(args.db, readonly=True) as archive:
         if args.action == "list":
             spans = archive.spans()
             if args.format == "json":
@@ -551,7 +643,10 @@ def _archive(args: argparse.Namespace, out: TextIO) -> int:
                 _write_archive_list(out, str(archive.path), spans)
             return EXIT_OK
         record = archive.get(args.handle)
-        data = archive.recall_bytes(args.handle)
+        if args.format == "raw":  # the stored bytes, whatever they hold
+            data = archive.recall_bytes(args.handle)
+        else:
+            messages = archive.recall(args.handle)
     if args.format == "raw":
         buffer = getattr(out, "buffer", None)
         if buffer is None:
@@ -561,7 +656,6 @@ def _archive(args: argparse.Namespace, out: TextIO) -> int:
             buffer.write(data)
             buffer.flush()
         return EXIT_OK
-    messages = json.loads(data)
     if args.format == "json":
         json.dump({**record.to_dict(), "messages": messages}, out, ensure_ascii=False)
         out.write("\n")
@@ -569,7 +663,7 @@ def _archive(args: argparse.Namespace, out: TextIO) -> int:
     w = out.write
     w(f"handle:       {record.handle}\n")
     plural = "" if record.count == 1 else "s"
-    w(f"span:         messages {record.start}..{record.end - 1} ({record.count} message{plural})\n")
+    w(f"span:         {record.start}:{record.end} ({record.count} message{plural})\n")
     w(f"conversation: {record.conversation_id or '-'}\n")
     w(f"policy:       {record.policy or '-'}\n")
     w(f"archived:     {_timestamp(record.created_at)}\n")

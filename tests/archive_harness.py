@@ -3,13 +3,16 @@
 Import ``archive_fixture`` into a test module to get the ``archive`` fixture: an `Archive` in
 the test's temporary directory, closed after the test. The stored form is written out here
 independently of the archive module (`expected_bytes`), and `FailAfterInsert` injects a crash
-inside the archive's transaction.
+inside the archive's transaction. `run_cli` runs the command line as a real process.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import pytest
 
 from otel_compaction import Archive
+from otel_compaction.archive import ARCHIVE_ENV
 
 
 @pytest.fixture(name="archive")
@@ -59,3 +63,19 @@ class FailAfterInsert:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.conn, name)
+
+
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``python -m otel_compaction`` as a real process; stdout and stderr as bytes."""
+    environment = {k: v for k, v in os.environ.items() if k != ARCHIVE_ENV}
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "otel_compaction", *args],
+        capture_output=True,
+        cwd=cwd,
+        env=environment,
+        timeout=60,
+        check=False,
+    )

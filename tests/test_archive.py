@@ -26,6 +26,7 @@ from archive_harness import (  # noqa: F401 - archive_fixture registers the fixt
     archive_fixture,
     expected_bytes,
     row_count,
+    run_cli,
 )
 from conftest import Transcript
 from workers import run_in_threads
@@ -436,8 +437,8 @@ def test_unknown_handle_names_handle_and_path(archive: Archive) -> None:
         ([{"k": {"a", "b"}}], "set is not JSON data"),
         ([{"k": "\ud800"}], "lone surrogate"),
         (b"not json", "not a JSON list"),
-        (b'{"role": "user"}', "not a JSON list of message objects"),
-        (b"[1, 2]", "not a JSON list of message objects"),
+        (b'{"role": "user"}', "bytes are a JSON object, not a list of messages"),
+        (b"[1, 2]", "item 0 is a JSON number, not a message object"),
         (b"[]", "no messages"),
         (b'[{"n": NaN}]', "NaN is not JSON"),
         (b'[{"c": "\xff"}]', "not UTF-8"),
@@ -547,22 +548,6 @@ def test_recall_tool_definitions() -> None:
 # -- 6. the command line ---------------------------------------------------------------------------
 
 
-def run_cli(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    """Run ``python -m otel_compaction`` as a real process; stdout and stderr as bytes."""
-    environment = {k: v for k, v in os.environ.items() if k != ARCHIVE_ENV}
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "otel_compaction", *args],
-        capture_output=True,
-        cwd=cwd,
-        env=environment,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_cli_show_raw_prints_the_exact_bytes(tmp_path: Path) -> None:
     db = tmp_path / "archive.sqlite3"
     with Archive(db) as archive:
@@ -634,7 +619,7 @@ def test_cli_show_text_and_json(tmp_path: Path) -> None:
     out = io.StringIO()
     assert main(["archive", "show", record.handle, "--db", str(db)], stdout=out) == 0
     text = out.getvalue()
-    assert record.handle in text and "messages 1..2 (2 messages)" in text
+    assert record.handle in text and "\nspan:         1:3 (2 messages)\n" in text
     assert "conv-9" in text and "strict" in text and "A quote of 0.1 was ok." in text
     assert "--- message 1 (assistant) ---" in text and "--- message 2 (tool) ---" in text
     assert "1.7976931348623157e+308" in text

@@ -229,12 +229,12 @@ SPAN_TRANSCRIPT = [SYSTEM, USER, {"role": "assistant", "content": "hi"}]
         ("3", "--span '3': expected START:END, e.g. 1:20"),
         ("1:x", "--span '1:x': expected START:END, e.g. 1:20"),
         ("1.5:2", "--span '1.5:2': expected START:END, e.g. 1:20"),
-        ("1:9", "span 1:9 is not a non-empty span of messages 0..3"),
-        ("2:1", "span 2:1 is not a non-empty span of messages 0..3"),
-        ("2:2", "span 2:2 is not a non-empty span of messages 0..3"),
-        ("-1:2", "span -1:2 is not a non-empty span of messages 0..3"),
-        ("5:", "span 5:3 is not a non-empty span of messages 0..3"),
-        ("0:1", "span 0:1 lies inside the protected head (messages 0..0)"),
+        ("1:9", "--span 1:9: not a non-empty span of the 3 messages (0 <= START < END <= 3)"),
+        ("2:1", "--span 2:1: not a non-empty span of the 3 messages (0 <= START < END <= 3)"),
+        ("2:2", "--span 2:2: not a non-empty span of the 3 messages (0 <= START < END <= 3)"),
+        ("-1:2", "--span -1:2: not a non-empty span of the 3 messages (0 <= START < END <= 3)"),
+        ("5:", "--span 5:3: not a non-empty span of the 3 messages (0 <= START < END <= 3)"),
+        ("0:1", "--span 0:1: inside the protected head, span 0:1"),
     ],
 )
 def test_bad_span(

@@ -1204,6 +1204,6 @@ def test_cli_decides_the_same_in_every_format(
 def test_cli_text_output(booking: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "check", str(booking), "--span", "1:8", "--critical")
     assert code == 3
-    assert "closed cuts (5 of 9): 0-2, 4, 7" in out
+    assert "closed cuts (5 of 9): 0 to 2, 4, 7" in out
     assert "decision: REFUSE" in out
     assert "tool_call book_flight (c3) at message 7" in out
