@@ -184,3 +184,22 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "--version")
     assert (code, err) == (0, "")
     assert out == f"otel-compaction {version('otel-compaction')}\n"
+
+
+def test_help_loads_neither_pydantic_nor_the_sdk() -> None:
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['otel-compaction', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('otel_compaction', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in sys.modules if m in ('pydantic', 'yaml') "
+        "or m.startswith('opentelemetry.sdk'))\n"
+        "print('loaded:', heavy, file=sys.stderr)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert completed.stdout.startswith("usage: otel-compaction")
+    assert completed.stderr.strip() == "loaded: []"
