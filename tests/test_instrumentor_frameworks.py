@@ -64,7 +64,7 @@ def _integrations() -> dict[str, Any]:
 
 
 def _states() -> dict[str, bool]:
-    return {name: module.instrumented() for name, module in _integrations().items()}
+    return {name: module.is_instrumented() for name, module in _integrations().items()}
 
 
 @pytest.fixture(name="pipeline")
@@ -244,7 +244,7 @@ def test_create_agent_over_chat_openai_records_each_call_once(
 ) -> None:
     require_sdks()
     instrumentor.instrument(telemetry=pipeline.telemetry)
-    assert lc.instrumented()
+    assert lc.is_instrumented()
     fake = fake_llm_server
     fake.enqueue(
         "chat",
@@ -299,4 +299,4 @@ def test_create_agent_over_chat_openai_records_each_call_once(
     ]
     assert findings == []
     instrumentor.uninstrument()
-    assert not lc.instrumented()
+    assert not lc.is_instrumented()

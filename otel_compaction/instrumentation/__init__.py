@@ -220,7 +220,7 @@ def _when_framework_imported(
             return
         try:
             module = importlib.import_module(integration)
-            if module in instrumented or module.instrumented():
+            if module in instrumented or module.is_instrumented():
                 return  # already on: the application's own setup is kept
             if module.instrument(runtime.telemetry, **_framework_options(module, runtime)):
                 instrumented.append(module)
