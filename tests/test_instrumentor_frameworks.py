@@ -29,7 +29,7 @@ from telemetry_harness import Pipeline, make_pipeline
 from otel_compaction import ToolCallRecorder
 from otel_compaction import semconv as sc
 from otel_compaction.instrumentation import CompactionInstrumentor
-from otel_compaction.instrumentation._settings import FRAMEWORKS, Settings
+from otel_compaction.instrumentation._settings import FRAMEWORKS, frameworks
 from otel_compaction.ledger import ObligationLedger
 
 try:
@@ -64,7 +64,7 @@ def _integrations() -> dict[str, Any]:
 
 
 def _states() -> dict[str, bool]:
-    return {name: module.instrumented() for name, module in _integrations().items()}
+    return {name: module.is_instrumented() for name, module in _integrations().items()}
 
 
 @pytest.fixture(name="pipeline")
@@ -162,7 +162,10 @@ def test_an_id_reused_within_one_layer_or_without_layers_stays_two_obligations()
 )
 def test_frameworks_setting(value: str | None, expected: set[str]) -> None:
     environ = {} if value is None else {sc.FRAMEWORKS_ENV: value}
-    assert Settings.resolve({}, environ).frameworks == expected
+    assert frameworks(None, environ) == expected
+    # An argument (``instrument(frameworks=...)``) overrides the environment.
+    overridden = frameworks(value, {sc.FRAMEWORKS_ENV: "none"})
+    assert overridden == (set() if value is None else expected)
 
 
 # -- the instrumentor's post-import hooks ---------------------------------------------------------
@@ -244,7 +247,7 @@ def test_create_agent_over_chat_openai_records_each_call_once(
 ) -> None:
     require_sdks()
     instrumentor.instrument(telemetry=pipeline.telemetry)
-    assert lc.instrumented()
+    assert lc.is_instrumented()
     fake = fake_llm_server
     fake.enqueue(
         "chat",
@@ -299,4 +302,4 @@ def test_create_agent_over_chat_openai_records_each_call_once(
     ]
     assert findings == []
     instrumentor.uninstrument()
-    assert not lc.instrumented()
+    assert not lc.is_instrumented()

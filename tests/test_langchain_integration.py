@@ -425,7 +425,7 @@ def test_async_agent_records_and_summarizes_off_the_event_loop(pipeline: Pipelin
 def test_instrument_is_idempotent_and_uninstrument_stops_recording(pipeline: Pipeline) -> None:
     assert lc.instrument(pipeline.telemetry)
     assert lc.instrument(pipeline.telemetry)
-    assert lc.instrumented()
+    assert lc.is_instrumented()
     agent = create_agent(scripted(calls(call("c1", "lookup", key="a")), "done"), tools=[lookup])
     agent.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t1"}})
     assert pipeline.rows("t1") == [("tool_call", "c1", "lookup", "result")]
@@ -433,7 +433,7 @@ def test_instrument_is_idempotent_and_uninstrument_stops_recording(pipeline: Pip
     assert len(pipeline.spans("execute_tool")) == 1
 
     lc.uninstrument()
-    assert not lc.instrumented()
+    assert not lc.is_instrumented()
     agent = create_agent(scripted(calls(call("c2", "lookup", key="b")), "done"), tools=[lookup])
     agent.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t2"}})
     assert pipeline.rows("t2") == []

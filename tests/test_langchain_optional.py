@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent(
         tracer_provider=TracerProvider(), meter_provider=MeterProvider(), set_global=False
     )
     print("instrument", langchain.instrument(telemetry, guard_summarization=True))
-    print("instrumented", langchain.instrumented())
+    print("instrumented", langchain.is_instrumented())
     for name in ("ObligationCallbackHandler", "GuardedSummarizationMiddleware"):
         try:
             getattr(langchain, name)
@@ -38,7 +38,7 @@ SCRIPT = textwrap.dedent(
         else:
             print(name, "available")
     langchain.uninstrument()
-    print("instrumented", langchain.instrumented())
+    print("instrumented", langchain.is_instrumented())
     print("loaded", sorted(m for m in {blocked!r} if sys.modules[m] is not None))
     """
 )

@@ -318,12 +318,12 @@ def test_instrument_is_idempotent_and_uninstrument_restores_call_tool(
     try:
         assert mcp_integration.instrument(pipeline.telemetry)
         assert mcp_integration.instrument(pipeline.telemetry)
-        assert mcp_integration.instrumented()
+        assert mcp_integration.is_instrumented()
         assert _one_call(server)[1]["structuredContent"] == {"result": 42}
         assert [row[5] for row in ledger_rows(pipeline.ledger, None)] == ["result"]
         mcp_integration.uninstrument()
         mcp_integration.uninstrument()
-        assert not mcp_integration.instrumented()
+        assert not mcp_integration.is_instrumented()
         assert mcp_session_module.ClientSession.__dict__["call_tool"] is original
         _one_call(server)
         assert len(ledger_rows(pipeline.ledger, None)) == 1  # nothing recorded once removed

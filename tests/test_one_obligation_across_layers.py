@@ -101,7 +101,7 @@ def pipeline_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
     pipeline = make_pipeline(capture_content=True)
     instrumentor = CompactionInstrumentor()
     instrumentor.instrument(telemetry=pipeline.telemetry)
-    assert all(module.instrumented() for module in _integrations())
+    assert all(module.is_instrumented() for module in _integrations())
     try:
         yield pipeline
     finally:

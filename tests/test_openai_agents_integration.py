@@ -258,12 +258,12 @@ def test_instrument_registers_one_processor_and_uninstrument_removes_it() -> Non
     try:
         assert openai_agents.instrument(pipeline.telemetry)
         assert openai_agents.instrument(pipeline.telemetry)
-        assert openai_agents.instrumented()
+        assert openai_agents.is_instrumented()
         run("once")
         assert [row[5] for row in ledger_rows(pipeline.ledger, "once")] == ["result"]
 
         openai_agents.uninstrument()
-        assert not openai_agents.instrumented()
+        assert not openai_agents.is_instrumented()
         run("off")
         assert ledger_rows(pipeline.ledger, "off") == []
 

@@ -14,20 +14,17 @@ OpenInference's, run alongside), and with no distro and no other instrumentation
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from auto_instrumentation import environment, instrument_command
 from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
     FakeLLMServer,
     ToolCall,
     fake_llm_server_fixture,
 )
-from instrumentation_harness import unavailable
 from otlp_receiver import (  # noqa: F401 - the fixture import registers the fixture
     OtlpReceiver,
     Span,
@@ -81,46 +78,6 @@ SETUPS = {
 }
 
 
-def _instrument_command() -> Path:
-    command = Path(sys.executable).parent / "opentelemetry-instrument"
-    if not command.exists():
-        unavailable(f"{command} not found; install opentelemetry-instrumentation")
-    for module in (
-        "openai",
-        "opentelemetry.distro",
-        "opentelemetry.instrumentation.openai_v2",
-        "openinference.instrumentation.openai",
-    ):
-        if importlib.util.find_spec(module) is None:
-            unavailable(f"{module} is not installed; install the 'test' extra")
-    return command
-
-
-def _environment(server: FakeLLMServer, receiver: OtlpReceiver, setup: str) -> dict[str, str]:
-    environment = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("OTEL_", "OPENAI_", "PYTHONPATH"))
-        and name.lower() not in ("http_proxy", "https_proxy", "all_proxy")
-    }
-    environment.update(
-        {
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-            "OPENAI_BASE_URL": server.openai_base_url,
-            "OPENAI_API_KEY": "test-key-not-secret",
-            "OTEL_SERVICE_NAME": "fleet-agent",
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_LOGS_EXPORTER": "none",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint_http,
-            "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # only the flush at exit
-            **SETUPS[setup],
-        }
-    )
-    return environment
-
-
 def _one(spans: list[Span], name: str) -> Span:
     found = [s for s in spans if s.name == name]
     assert len(found) == 1, [s.name for s in spans]
@@ -134,7 +91,12 @@ def test_an_unmodified_agent_under_opentelemetry_instrument(
     tmp_path: Path,
     setup: str,
 ) -> None:
-    command = _instrument_command()
+    command = instrument_command(
+        "openai",
+        "opentelemetry.distro",
+        "opentelemetry.instrumentation.openai_v2",
+        "openinference.instrumentation.openai",
+    )
     (tmp_path / "agent.py").write_text(AGENT)
     fake_llm_server.enqueue("chat", tool_calls=[ToolCall("restart_service", {}, id="call_r1")])
     fake_llm_server.enqueue("chat", tool_calls=[ToolCall("check_health", {}, id="call_h1")])
@@ -143,7 +105,7 @@ def test_an_unmodified_agent_under_opentelemetry_instrument(
     run = subprocess.run(
         [str(command), "python", "agent.py"],
         cwd=tmp_path,
-        env=_environment(fake_llm_server, otlp_http_receiver, setup),
+        env=environment(fake_llm_server, otlp_http_receiver, **SETUPS[setup]),
         capture_output=True,
         text=True,
         timeout=120,

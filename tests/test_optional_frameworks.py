@@ -28,9 +28,9 @@ SCRIPT = textwrap.dedent(
     telemetry = otel_compaction.configure(
         tracer_provider=TracerProvider(), meter_provider=MeterProvider(), set_global=False
     )
-    print("mcp.instrument", mcp.instrument(telemetry), mcp.instrumented())
+    print("mcp.instrument", mcp.instrument(telemetry), mcp.is_instrumented())
     print("openai_agents.instrument", openai_agents.instrument(telemetry),
-          openai_agents.instrumented())
+          openai_agents.is_instrumented())
     mcp.uninstrument()
     openai_agents.uninstrument()
     for name in ("CompactionGuardSession", "ObligationTracingProcessor"):

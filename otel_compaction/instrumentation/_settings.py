@@ -5,8 +5,9 @@
 * ``OTEL_COMPACTION_AGENT_NAME`` (unset): ``gen_ai.agent.name`` on tool-call spans;
 * ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (``false``): tool arguments and
   results on spans, as in the GenAI instrumentations;
-* ``OTEL_COMPACTION_FRAMEWORKS`` (all): the framework integrations to instrument when their
-  framework is installed, a comma list of ``langchain``, ``mcp``, ``agents``; ``none`` for none.
+* ``OTEL_COMPACTION_FRAMEWORKS`` (all): the framework integrations `CompactionInstrumentor`
+  and auto-instrumentation turn on when their framework is installed, a comma list of
+  ``langchain``, ``mcp``, ``agents``; ``none`` for none (`frameworks` reads it).
 
 Keyword arguments to ``instrument()`` override the environment. A bad value is logged and its
 default used: settings never stop the host application from starting.
@@ -21,15 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_compaction import semconv
+from otel_compaction.integrations import REGISTRY
 from otel_compaction.policy import Policy
 
-__all__ = ["Settings"]
+__all__ = ["FRAMEWORKS", "Settings", "frameworks"]
 
 _log = logging.getLogger(__name__)
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-FRAMEWORKS: tuple[str, ...] = ("langchain", "mcp", "agents")
+FRAMEWORKS: tuple[str, ...] = tuple(row.name for row in REGISTRY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,6 @@ class Settings:
     detection: bool = True
     capture_content: bool | None = None
     agent_name: str | None = None
-    frameworks: frozenset[str] = frozenset(FRAMEWORKS)
 
     @classmethod
     def resolve(
@@ -55,15 +56,11 @@ class Settings:
             detection = _flag(env.get(semconv.DETECTION_ENV), default=True)
         capture = overrides.get("capture_content")
         agent = overrides.get("agent_name", env.get(semconv.AGENT_NAME_ENV, "").strip() or None)
-        frameworks = overrides.get("frameworks")
-        if frameworks is None:
-            frameworks = env.get(semconv.FRAMEWORKS_ENV)
         return cls(
             policy=_policy(policy),
             detection=detection,
             capture_content=capture if isinstance(capture, bool) else None,
             agent_name=agent if isinstance(agent, str) and agent else None,
-            frameworks=_frameworks(frameworks),
         )
 
 
@@ -80,9 +77,12 @@ def _flag(value: str | None, *, default: bool) -> bool:
     return default
 
 
-def _frameworks(value: Any) -> frozenset[str]:
-    """The frameworks named by a comma list (or an iterable of names); unset or blank is all of
-    them, ``none`` none; unknown names are logged and ignored."""
+def frameworks(value: Any = None, environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The frameworks named by `value`, a comma list or an iterable of names, else by
+    ``OTEL_COMPACTION_FRAMEWORKS`` in `environ`; unset or blank is all of them, ``none`` none;
+    unknown names are logged and ignored."""
+    if value is None:
+        value = (os.environ if environ is None else environ).get(semconv.FRAMEWORKS_ENV)
     if value is None:
         return frozenset(FRAMEWORKS)
     names = value.split(",") if isinstance(value, str) else value

@@ -58,7 +58,7 @@ __all__ = [
     "builtin_summarization_guarded",
     "guard_builtin_summarization",
     "instrument",
-    "instrumented",
+    "is_instrumented",
     "to_openai_messages",
     "unguard_builtin_summarization",
     "uninstrument",
@@ -202,6 +202,6 @@ def uninstrument() -> None:
             _log.exception("otel-compaction: uninstrumenting LangChain failed")
 
 
-def instrumented() -> bool:
+def is_instrumented() -> bool:
     """Whether the tool calls of LangChain runs are being recorded."""
     return _STATE.handler is not None

@@ -49,7 +49,7 @@ from otel_compaction.tracing import ToolCallHandle, ToolCallRecorder
 if TYPE_CHECKING:
     from otel_compaction.telemetry import Telemetry
 
-__all__ = ["TIMEOUT_CODE", "TOOL_ERROR", "instrument", "instrumented", "uninstrument"]
+__all__ = ["TIMEOUT_CODE", "TOOL_ERROR", "instrument", "is_instrumented", "uninstrument"]
 
 _log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def uninstrument() -> None:
             _log.exception("otel-compaction: removing the MCP client wrapper failed")
 
 
-def instrumented() -> bool:
+def is_instrumented() -> bool:
     """Whether MCP calls are being recorded."""
     return _STATE.recorder is not None
 

@@ -34,7 +34,7 @@ __all__ = [
     "CompactionGuardSession",
     "ObligationTracingProcessor",
     "instrument",
-    "instrumented",
+    "is_instrumented",
     "uninstrument",
 ]
 
@@ -114,7 +114,7 @@ def uninstrument() -> None:
             _log.exception("otel-compaction: removing the Agents SDK processor failed")
 
 
-def instrumented() -> bool:
+def is_instrumented() -> bool:
     """Whether the SDK's function-tool calls are being recorded."""
     processor = _STATE.processor
     return processor is not None and processor.enabled
