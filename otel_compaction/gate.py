@@ -110,28 +110,28 @@ class Decision:
                 or "none"
             )
             return (
-                f"refusing compaction of messages {start}..{end - 1}: open obligations "
+                f"refusing compaction of span {start}:{end}: open obligations "
                 f"(and how to discharge them): {remedies}"
             )
         if self.action == "defer":
             rs, re_ = self.requested
             return (
-                f"deferring messages {rs}..{re_ - 1} (open obligations: {named}); "
-                f"compacting the closed span {start}..{end - 1} instead"
+                f"deferring span {rs}:{re_} (open obligations: {named}); "
+                f"compacting the closed span {start}:{end} instead"
             )
         how = " (extended to close a pairing break)" if self.extended else ""
-        return f"compacting messages {start}..{end - 1}{how}"
+        return f"compacting span {start}:{end}{how}"
 
     def outline(self) -> str:
         """`describe` without content, for logs: each obligation by kind and `shown_id`."""
         start, end = self.span
         named = ", ".join(f"{ref.kind} {shown_id(ref)}" for ref in self.obligations) or "none"
         if self.action == "refuse":
-            return f"refusing compaction of messages {start}..{end - 1}: open obligations {named}"
+            return f"refusing compaction of span {start}:{end}: open obligations {named}"
         if self.action == "defer":
             return (
-                f"deferring messages {self.requested[0]}..{self.requested[1] - 1} (open "
-                f"obligations {named}); compacting the closed span {start}..{end - 1} instead"
+                f"deferring span {self.requested[0]}:{self.requested[1]} (open obligations "
+                f"{named}); compacting the closed span {start}:{end} instead"
             )
         return self.describe()
 
@@ -347,13 +347,14 @@ def _decide(
 ) -> Decision:
     n = len(analysis.transcript)
     if not 0 <= start < end <= n:
-        raise SpanError(f"span {start}:{end} is not a non-empty span of messages 0..{n}")
+        raise SpanError(
+            f"span {start}:{end} is not a non-empty span of the {n} messages "
+            f"(0 <= START < END <= {n})"
+        )
     requested = (start, end)
     start = max(start, analysis.head)
     if start >= end:
-        raise SpanError(
-            f"span {requested[0]}:{end} lies inside the protected head (messages 0..{start - 1})"
-        )
+        raise SpanError(f"span {requested[0]}:{end} lies inside the protected head, span 0:{start}")
 
     def decision(action: Action, span: tuple[int, int], **extra: Any) -> Decision:
         return Decision(

@@ -327,7 +327,7 @@ def test_open_call_defers_to_older_closed_span(fmt: str) -> None:
     assert decision.blocking == ()
     # The open call lies after the older span: the summary of that span owes nothing for it.
     assert decision.must_carry.pending == ()
-    assert "deferring messages 0.." in decision.describe()
+    assert "deferring span 0:" in decision.describe()
 
 
 @fmt_param
@@ -397,7 +397,7 @@ def test_refusal_names_every_open_obligation(fmt: str) -> None:
     assert [o.name for o in refused.decision.obligations][:2] == ["create_user", "audit_log"]
     message = str(refused)
     assert message.startswith(
-        f"refusing compaction of messages 1..{promise}: open obligations "
+        f"refusing compaction of span 1:{promise + 1}: open obligations "
         "(and how to discharge them): "
     )
     for fragment in (
@@ -572,7 +572,7 @@ def test_span_out_of_range(start: int, end: int) -> None:
         {"role": "assistant", "content": "b"},
     ]
     with pytest.raises(
-        SpanError, match=rf"span {start}:{end} is not a non-empty span of messages 0\.\.2"
+        SpanError, match=rf"span {start}:{end} is not a non-empty span of the 2 messages "
     ):
         gate().evaluate(messages, start, end)
 

@@ -655,7 +655,7 @@ def test_guarded_middleware_can_hold_on_refusal(
     assert [m.id for m in out["messages"][:-1]] == [f"m{i}" for i in range(9)]  # verbatim
     assert [m.id for m in model.prompts[0]] == [f"m{i}" for i in range(9)]
     assert [d[sc.ACTION] for d in pipeline.decisions()] == ["refuse"]
-    assert "refusing compaction of messages 0..6" in caplog.text
+    assert "refusing compaction of span 0:7" in caplog.text
     assert "holding every message verbatim" in caplog.text
 
 
