@@ -539,7 +539,9 @@ def expected_scenario(api: Api, ids: ScenarioIds, *, streamed: bool) -> dict[str
             (ids.again, RESTART, "result"),
         ],
         "detections": {
-            sc.METRIC_SEVERED: {((sc.GEN_AI_TOOL_NAME, CHECK),): 1},
+            sc.METRIC_SEVERED: {
+                ((sc.OBLIGATION_KIND, "tool_call"), (sc.GEN_AI_TOOL_NAME, CHECK)): 1
+            },
             sc.METRIC_DUPLICATE_CALLS: {((sc.GEN_AI_TOOL_NAME, RESTART),): 1},
             sc.METRIC_ORPHANED: {((sc.GEN_AI_TOOL_NAME, CHECK),): 1},
         },

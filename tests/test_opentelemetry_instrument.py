@@ -192,7 +192,8 @@ def test_an_unmodified_agent_under_opentelemetry_instrument(
         (requests[1].span_id, {sc.GEN_AI_TOOL_CALL_ID: "call_h1"})
     ]
     metric = otlp_http_receiver.wait_for_metric(sc.METRIC_SEVERED)
-    assert metric.number_point({sc.GEN_AI_TOOL_NAME: "check_health"}).value == 1
+    point = {sc.OBLIGATION_KIND: "tool_call", sc.GEN_AI_TOOL_NAME: "check_health"}
+    assert metric.number_point(point).value == 1
 
     chat_spans = [s for s in spans if s.name in ("chat gpt-test", "ChatCompletion")]
     executions = [s for s in spans if s.name.startswith("execute_tool ")]

@@ -376,7 +376,7 @@ class Runtime:
         handle = self._open_handle(conversation, severed.call_id)
         if handle is not None:
             handle.span.add_event(semconv.EVENT_SEVERED, attributes)
-        self.metrics.severed.add(1, _tool(severed.name))
+        self.telemetry.severed.count(conversation, severed.sequence, "tool_call", severed.name)
 
     def report_orphan(self, span: Span, orphan: Orphan) -> None:
         """A request carries a result whose call is gone."""
