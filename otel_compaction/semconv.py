@@ -38,6 +38,13 @@ EXECUTE_TOOL: Final = gen_ai_attributes.GenAiOperationNameValues.EXECUTE_TOOL.va
 
 CHAT: Final = gen_ai_attributes.GenAiOperationNameValues.CHAT.value
 """``gen_ai.operation.name`` of a model request (Chat Completions, Responses, Messages)."""
+TEXT_COMPLETION: Final = gen_ai_attributes.GenAiOperationNameValues.TEXT_COMPLETION.value
+GENERATE_CONTENT: Final = gen_ai_attributes.GenAiOperationNameValues.GENERATE_CONTENT.value
+
+# -- other GenAI instrumentations' names, read (never written) to find their inference span ------
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+OPENINFERENCE_LLM: Final = "LLM"
+OPENLLMETRY_REQUEST_TYPE: Final = "llm.request.type"
 
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -101,8 +108,11 @@ METRIC_LEDGER_OVERFLOW: Final = "compaction.ledger.overflow"
 
 # -- auto-instrumentation: model requests and passive detection ---------------------------------
 MODEL_REQUEST_SPAN: Final = "compaction.model_request"
-"""One span per instrumented model request; tool-call spans link to the request that emitted
-them, result spans are children of the request that carried them."""
+"""This package's span for an instrumented model request, made only when no other GenAI
+instrumentation's inference span is current for it (that span carries the bookkeeping then);
+``gen_ai.operation.name`` ``chat`` only when no inference span started inside it either.
+Tool-call spans link to the request span that emitted them, result spans are children of the
+request span that carried them, whichever span that is."""
 REQUEST_API: Final = "compaction.request.api"
 """Which API was called: ``chat.completions``, ``responses`` or ``messages``."""
 REQUEST_STREAM: Final = "compaction.request.stream"

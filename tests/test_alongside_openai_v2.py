@@ -1,10 +1,11 @@
 """otel-compaction beside the OpenTelemetry OpenAI instrumentation (opentelemetry-instrumentation-
 openai-v2), in one process, on the same providers, instrumented in either order.
 
-Both wrap ``chat.completions.create``. The OpenAI instrumentation's ``chat`` spans must not
-open obligations (the ledger's span processor only takes ``execute_tool`` spans), otel-
-compaction's own spans must not be counted twice, every call must be one obligation, and
-every detection must be reported once; streams pass through both wrappers in either nesting,
+Both wrap ``chat.completions.create``; otel-compaction's wrapper runs inside the OpenAI one in
+either order. Each request is one ``chat`` span, the OpenAI instrumentation's, and it carries
+otel-compaction's bookkeeping: no second chat-like span. The ``chat`` spans must not open
+obligations (the ledger's span processor only takes ``execute_tool`` spans), every call must be
+one obligation, and every detection must be reported once; streams pass through both wrappers,
 and taking either instrumentation out leaves the SDK working.
 """
 
@@ -31,10 +32,10 @@ from instrumentation_harness import (
     run_compaction_scenario,
     scenario_summary,
     unavailable,
-    without_parents,
 )
 from llm_clients import require_sdks
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.trace import SpanKind
 from telemetry_harness import make_pipeline
 
 from otel_compaction import semconv as sc
@@ -111,25 +112,26 @@ def both_fixture(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize(("mode", "style"), [("sync", "json"), ("sync", "stream"),
                                              ("async", "json"), ("async", "helper")])  # fmt: skip
-def test_one_obligation_per_call_and_one_report_per_detection(
+def test_one_chat_span_per_request_carries_the_bookkeeping(
     both: Both, fake_llm_server: FakeLLMServer, mode: Mode, style: Style
 ) -> None:
     run_compaction_scenario(Agent(fake_llm_server, "chat", mode, style), both.instrumented, IDS)
 
+    # Every call is one obligation, every detection one report, on the OpenAI instrumentation's
+    # chat spans: the results are their children, the calls link to them and start beside them.
     summary = scenario_summary(both.instrumented)
-    expected = expected_scenario("chat", IDS, streamed=style != "json")
-    assert without_parents(summary) == without_parents(expected)
+    assert summary == expected_scenario("chat", IDS, streamed=style != "json")
     spans = both.pipeline.spans()
     chats = sorted(
-        (s for s in spans if s.name == "chat model-test"), key=lambda s: s.start_time or 0
+        (s for s in spans if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) == "chat"),
+        key=lambda s: s.start_time or 0,
     )
-    assert len(chats) == 4  # the OpenAI instrumentation saw every request
-    assert all(s.instrumentation_scope.name != sc.SCOPE for s in chats)  # type: ignore[union-attr]
-    requests = request_spans(spans)
-    chat_ids = {s.context.span_id for s in chats}
-    # otel-compaction's wrapper sits beneath the OpenAI one in either order: its span is
-    # current when otel-compaction's wrapper starts the request span.
-    assert [r.parent.span_id in chat_ids for r in requests] == [True] * 4  # type: ignore[union-attr]
+    assert [
+        (s.name, s.kind, s.instrumentation_scope.name)  # type: ignore[union-attr]
+        for s in chats
+    ] == [("chat model-test", SpanKind.CLIENT, "opentelemetry.util.genai.handler")] * 4
+    assert request_spans(spans) == chats
+    assert both.pipeline.spans(sc.MODEL_REQUEST_SPAN) == []
 
 
 def test_openai_v2_chat_spans_open_no_obligations(
