@@ -29,6 +29,12 @@ GEN_AI_AGENT_NAME: Final = gen_ai_attributes.GEN_AI_AGENT_NAME
 GEN_AI_PROVIDER_NAME: Final = gen_ai_attributes.GEN_AI_PROVIDER_NAME
 GEN_AI_REQUEST_MODEL: Final = gen_ai_attributes.GEN_AI_REQUEST_MODEL
 GEN_AI_RESPONSE_ID: Final = gen_ai_attributes.GEN_AI_RESPONSE_ID
+GEN_AI_CONVERSATION_COMPACTED: Final[str] = getattr(
+    gen_ai_attributes, "GEN_AI_CONVERSATION_COMPACTED", "gen_ai.conversation.compacted"
+)
+"""``true`` on the first inference span after a compaction of its conversation (semantic
+conventions for GenAI, compaction); never ``false``. Spelled here until the installed
+conventions package has it."""
 ERROR_TYPE: Final = error_attributes.ERROR_TYPE
 ERROR_TYPE_OTHER: Final = "_OTHER"
 """``error.type`` of a failure whose type is not known."""
@@ -161,5 +167,4 @@ SUMMARY_ATTEMPTS: Final = "compaction.summary.attempts"
 VERIFIED: Final = "compaction.summary.verified"
 MISSING: Final = "compaction.summary.missing"
 ARCHIVE_HANDLE: Final = "compaction.archive.handle"
-EVENT_CONVERSATION_COMPACTED: Final = "gen_ai.conversation.compacted"
 EVENT_SUMMARY_REJECTED: Final = "compaction.summary.rejected"

@@ -403,6 +403,7 @@ def scenario_summary(instrumented: Instrumented) -> dict[str, Any]:
         sc.REQUEST_STREAM,
         sc.REQUEST_RESOLVED,
         sc.RESPONSE_TOOL_CALLS,
+        sc.GEN_AI_CONVERSATION_COMPACTED,
     )
     metrics = instrumented.pipeline.metrics()
     return {
@@ -517,9 +518,9 @@ def expected_scenario(
         "requests": [
             request([], **{sc.RESPONSE_TOOL_CALLS: 1}),
             request([], **{sc.REQUEST_RESOLVED: 1, sc.RESPONSE_TOOL_CALLS: 1}),
-            request(
+            request(  # the first request after the compaction: its transcript shrank
                 [(sc.EVENT_SEVERED, severed), (sc.EVENT_DUPLICATE, duplicate)],
-                **{sc.RESPONSE_TOOL_CALLS: 1},
+                **{sc.RESPONSE_TOOL_CALLS: 1, "gen_ai.conversation.compacted": True},
             ),
             request(
                 [(sc.EVENT_ORPHANED, orphaned)],

@@ -13,7 +13,10 @@ span): the exchange adds its attributes and events to it and leaves the rest (it
 exchange starts its own ``compaction.model_request`` span, which ends with ``error.type`` when
 the request failed, and which claims ``gen_ai.operation.name`` ``chat`` (set when it ends) only
 when no other instrumentation's inference span started inside it (OpenInference's, which wraps
-the HTTP request beneath the SDK method): one ``chat``-like span per request either way.
+the HTTP request beneath the SDK method): one ``chat``-like span per request either way. The
+first request after a compaction of its conversation, one a `GuardedCompactor` applied in this
+process (`otel_compaction.compactions`) or one detection saw (the transcript shrank), has
+``gen_ai.conversation.compacted`` ``true`` on its request span.
 
 Guarantees: nothing here raises into the host (an internal error is logged; the request goes on
 with a no-op exchange); an exchange finishes once; every piece of shared state (the ledger, the
@@ -42,7 +45,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
-from otel_compaction import semconv
+from otel_compaction import compactions, semconv
 from otel_compaction.incremental import TranscriptCache
 from otel_compaction.instrumentation._inference import adoptable, watch, watching
 from otel_compaction.instrumentation._requests import (
@@ -134,6 +137,11 @@ class _Exchange(Exchange):
             return contextlib.nullcontext()  # the inference span is current already
         return _attached(watching(self, trace.set_span_in_context(self.span)))
 
+    def compacted(self) -> None:
+        """The conversation was compacted since its previous request: this request's inference
+        span says so (``gen_ai.conversation.compacted``, only ever ``true``)."""
+        self.span.set_attribute(semconv.GEN_AI_CONVERSATION_COMPACTED, True)
+
     def inference_started(self) -> None:
         """Another instrumentation's inference span started inside this request: it is the
         ``chat`` span, and this exchange's own span does not claim to be one."""
@@ -163,6 +171,8 @@ class _Exchange(Exchange):
             finally:
                 otel_context.detach(token)
             self.span.set_attribute(semconv.REQUEST_RESOLVED, resolved)
+        if findings.compacted:
+            self.compacted()
         for severed in findings.severed:
             runtime.report_severed(self.span, conversation, severed)
         for orphan in findings.orphans:
@@ -353,6 +363,8 @@ class Runtime:
                 attributes=attributes,
             )  # fmt: skip
             exchange = _Exchange(self, request, identity, span, parent, owned=True)
+        if compactions.take(identity.id):  # a guarded compactor compacted it since
+            exchange.compacted()
         if transcript is not None:
             try:
                 exchange.check(transcript)
