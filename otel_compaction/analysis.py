@@ -61,7 +61,8 @@ class Negative:
 
 @dataclass(frozen=True, slots=True)
 class LedgerConflict:
-    """The ledger and the transcript disagree about one obligation."""
+    """The ledger and the transcript disagree about one obligation (``sequence``: its ledger
+    record's)."""
 
     rule: str
     kind: str
@@ -69,6 +70,7 @@ class LedgerConflict:
     name: str
     message_index: int | None
     detail: str
+    sequence: int | None = None
 
 
 _T = TypeVar("_T")
@@ -370,6 +372,7 @@ class Analysis:
                     LedgerConflict(
                         "ledger_mismatch", record.kind, record.id, record.name, None,
                         "open in the ledger, but its call is not in the transcript",
+                        record.sequence,
                     )
                 )  # fmt: skip
             return
@@ -381,6 +384,7 @@ class Analysis:
                     "ledger_mismatch", record.kind, record.id, call.name, call.message_index,
                     f"open in the ledger, but the transcript has its result at message "
                     f"{result.message_index}",
+                    record.sequence,
                 )
             )  # fmt: skip
         elif record.status == "abandoned" and not in_transcript:
@@ -390,5 +394,6 @@ class Analysis:
                 LedgerConflict(
                     "severed_obligation", record.kind, record.id, call.name, call.message_index,
                     f"the ledger recorded its {record.status}, but the transcript has no result",
+                    record.sequence,
                 )
             )  # fmt: skip

@@ -14,6 +14,9 @@ was, and the archive only ever holds whole, content-addressed spans.
 `GuardedCompactor.force_terminal` is the orchestrator's remedy for a refusal: it discharges
 every obligation the refusal names (a call abandoned, a retry given up, a commitment withdrawn,
 a transaction rolled back, a stray result absorbed) through the ledger, so a retry proceeds.
+
+An applied compaction is noted for its conversation (`otel_compaction.compactions`): the
+conversation's next auto-instrumented model request gets ``gen_ai.conversation.compacted``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any, cast
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from otel_compaction import semconv
+from otel_compaction import compactions, semconv
 from otel_compaction.analysis import Analysis
 from otel_compaction.archive import Archive
 from otel_compaction.context import current_conversation_id
@@ -266,6 +269,8 @@ class GuardedCompactor:
                     telemetry_span.record_exception(exc)
                 raise
             _record(telemetry_span, result, capture)
+        if result.compacted and result.decision is not None:
+            compactions.note(result.decision.conversation_id)
         return result
 
     def force_terminal(
@@ -504,9 +509,8 @@ def _record(span: trace.Span, result: CompactionResult, capture: bool) -> None:
     if not result.compacted:
         attributes[semconv.HOLD_REASON] = result.reason
     span.set_attributes(attributes)
-    if result.compacted:
-        span.add_event(semconv.EVENT_CONVERSATION_COMPACTED, attributes)
-    elif (verification := result.verification) is not None and not verification.ok:
+    verification = result.verification
+    if not result.compacted and verification is not None and not verification.ok:
         span.add_event(
             semconv.EVENT_SUMMARY_REJECTED,
             {semconv.MISSING: list(verification.describe() if capture else verification.outline())},

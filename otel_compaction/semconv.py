@@ -29,6 +29,12 @@ GEN_AI_AGENT_NAME: Final = gen_ai_attributes.GEN_AI_AGENT_NAME
 GEN_AI_PROVIDER_NAME: Final = gen_ai_attributes.GEN_AI_PROVIDER_NAME
 GEN_AI_REQUEST_MODEL: Final = gen_ai_attributes.GEN_AI_REQUEST_MODEL
 GEN_AI_RESPONSE_ID: Final = gen_ai_attributes.GEN_AI_RESPONSE_ID
+GEN_AI_CONVERSATION_COMPACTED: Final[str] = getattr(
+    gen_ai_attributes, "GEN_AI_CONVERSATION_COMPACTED", "gen_ai.conversation.compacted"
+)
+"""``true`` on the first inference span after a compaction of its conversation (semantic
+conventions for GenAI, compaction); never ``false``. Spelled here until the installed
+conventions package has it."""
 ERROR_TYPE: Final = error_attributes.ERROR_TYPE
 ERROR_TYPE_OTHER: Final = "_OTHER"
 """``error.type`` of a failure whose type is not known."""
@@ -38,6 +44,13 @@ EXECUTE_TOOL: Final = gen_ai_attributes.GenAiOperationNameValues.EXECUTE_TOOL.va
 
 CHAT: Final = gen_ai_attributes.GenAiOperationNameValues.CHAT.value
 """``gen_ai.operation.name`` of a model request (Chat Completions, Responses, Messages)."""
+TEXT_COMPLETION: Final = gen_ai_attributes.GenAiOperationNameValues.TEXT_COMPLETION.value
+GENERATE_CONTENT: Final = gen_ai_attributes.GenAiOperationNameValues.GENERATE_CONTENT.value
+
+# -- other GenAI instrumentations' names, read (never written) to find their inference span ------
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+OPENINFERENCE_LLM: Final = "LLM"
+OPENLLMETRY_REQUEST_TYPE: Final = "llm.request.type"
 
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -101,8 +114,11 @@ METRIC_LEDGER_OVERFLOW: Final = "compaction.ledger.overflow"
 
 # -- auto-instrumentation: model requests and passive detection ---------------------------------
 MODEL_REQUEST_SPAN: Final = "compaction.model_request"
-"""One span per instrumented model request; tool-call spans link to the request that emitted
-them, result spans are children of the request that carried them."""
+"""This package's span for an instrumented model request, made only when no other GenAI
+instrumentation's inference span is current for it (that span carries the bookkeeping then);
+``gen_ai.operation.name`` ``chat`` only when no inference span started inside it either.
+Tool-call spans link to the request span that emitted them, result spans are children of the
+request span that carried them, whichever span that is."""
 REQUEST_API: Final = "compaction.request.api"
 """Which API was called: ``chat.completions``, ``responses`` or ``messages``."""
 REQUEST_STREAM: Final = "compaction.request.stream"
@@ -151,5 +167,4 @@ SUMMARY_ATTEMPTS: Final = "compaction.summary.attempts"
 VERIFIED: Final = "compaction.summary.verified"
 MISSING: Final = "compaction.summary.missing"
 ARCHIVE_HANDLE: Final = "compaction.archive.handle"
-EVENT_CONVERSATION_COMPACTED: Final = "gen_ai.conversation.compacted"
 EVENT_SUMMARY_REJECTED: Final = "compaction.summary.rejected"

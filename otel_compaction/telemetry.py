@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,7 +65,13 @@ from otel_compaction.tracing import (
     package_tracer,
 )
 
-__all__ = ["DEFAULT_EXPORT_TIMEOUT_S", "DecisionTelemetry", "Telemetry", "configure"]
+__all__ = [
+    "DEFAULT_EXPORT_TIMEOUT_S",
+    "DecisionTelemetry",
+    "SeveredObligations",
+    "Telemetry",
+    "configure",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -74,22 +81,63 @@ _EVENT_OF_ACTION = {
     "refuse": semconv.EVENT_REFUSED,
 }
 _CHARS_PER_TOKEN = 4
+_MAX_SEVERED = 65_536
+
+
+class SeveredObligations:
+    """The one producer of ``compaction.obligations.severed``: one point per severed
+    obligation, by ``compaction.obligation.kind`` and, for a tool call, ``gen_ai.tool.name``.
+
+    An obligation is severed where it is first established: by a gate evaluation (the ledger
+    recorded a resolution the transcript no longer has: ``severed_obligation``) or by passive
+    detection (a request no longer carries a call the ledger holds open:
+    ``compaction.obligation.severed``). Both name the obligation by its ledger record, so
+    evaluating the same transcript again, or detecting what a gate already found, counts
+    nothing more. The records counted are remembered within a fixed bound (the oldest are
+    forgotten first); a lock is held for the dictionary work only.
+    """
+
+    def __init__(self, metrics: CompactionMetrics, limit: int = _MAX_SEVERED) -> None:
+        """Count into `metrics`, remembering at most `limit` records."""
+        self._counter = metrics.severed
+        self._limit = limit
+        self._counted: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def count(self, conversation_id: str | None, sequence: int, kind: str, name: str = "") -> bool:
+        """The ledger record `sequence` of `conversation_id` (an obligation of `kind`, for a
+        tool call the tool `name`) is severed; True when this is the first time it is."""
+        key = (conversation_id or "", sequence)
+        with self._lock:
+            if key in self._counted:
+                return False
+            self._counted[key] = None
+            if len(self._counted) > self._limit:
+                self._counted.popitem(last=False)
+        attributes = {semconv.OBLIGATION_KIND: kind}
+        if kind == "tool_call" and name:
+            attributes[semconv.GEN_AI_TOOL_NAME] = name
+        self._counter.add(1, attributes)
+        return True
 
 
 class DecisionTelemetry:
     """A gate observer: one ``compaction.evaluate`` span per decision, an event named for the
     action (``compaction.extended`` too when the span was extended) with the rule names and
-    obligation ids, and the decision metrics."""
+    obligation ids, and the decision metrics; the severed obligations its analysis found are
+    counted by `severed` (once each)."""
 
     def __init__(
         self,
         tracer_provider: TracerProvider,
         metrics: CompactionMetrics,
         capture_content: bool | None = None,
+        severed: SeveredObligations | None = None,
     ) -> None:
         self._tracer = package_tracer(tracer_provider)
         self._metrics = metrics
         self._capture = capture_content
+        self._severed = severed if severed is not None else SeveredObligations(metrics)
 
     def _id(self, ref: ObligationRef) -> str:
         """A reference's id is its identifier: content, shown only with capture on."""
@@ -147,10 +195,13 @@ class DecisionTelemetry:
             self._metrics.held_tokens.add(held)
         first = rules[0] if decision.action != "compact" and rules else "none"
         self._metrics.decisions.add(1, {semconv.ACTION: decision.action, semconv.RULE: first})
-        severed = rules.count("severed_obligation") if decision.action == "defer" else 0
-        severed += sum(1 for f in decision.findings if f.rule == "severed_obligation")
-        if severed:
-            self._metrics.severed.add(severed, {semconv.RULE: "severed_obligation"})
+        if analysis.ledger is not None:
+            conversation = analysis.ledger.conversation_id
+            for conflict in analysis.ledger_conflicts:
+                if conflict.rule == "severed_obligation" and conflict.sequence is not None:
+                    self._severed.count(
+                        conversation, conflict.sequence, conflict.kind, conflict.name
+                    )
 
 
 def _rules(decision: Decision, analysis: Analysis) -> list[str]:
@@ -229,7 +280,11 @@ class Telemetry:
             capture_content=capture_content,
             agent_name=agent_name,
         )
-        self.decisions = DecisionTelemetry(tracer_provider, self.metrics, capture_content)
+        self.severed = SeveredObligations(self.metrics)
+        """Counts each severed obligation once, for the gate and the instrumentation alike."""
+        self.decisions = DecisionTelemetry(
+            tracer_provider, self.metrics, capture_content, self.severed
+        )
         self._owned: list[object] = []
         if owns_tracer_provider:
             self._owned.append(tracer_provider)

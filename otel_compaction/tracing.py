@@ -652,8 +652,9 @@ class ToolCallRecorder:
         error_type: str | None,
         reason: str,
     ) -> None:
+        # Not ``gen_ai.operation.name``: the call span is the tool execution, and a backend
+        # counting executions by that attribute would count each call twice.
         attributes: dict[str, Any] = {
-            semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
             semconv.GEN_AI_TOOL_NAME: handle.name,
             semconv.GEN_AI_TOOL_CALL_ID: handle.id,
             semconv.OBLIGATION_STATUS: status,

@@ -873,8 +873,8 @@ def test_forced_abandonment_and_compaction_are_recorded(
     assert attrs[sc.COMPACTED] is True
     assert attrs[sc.ACTION] == "compact"
     assert attrs[sc.GEN_AI_CONVERSATION_ID] == "conv-1"
-    assert [e.name for e in apply.events] == [sc.EVENT_CONVERSATION_COMPACTED]
-    assert (apply.events[0].attributes or {})[sc.ARCHIVE_HANDLE] == result.archive_handle
+    # The span says it was applied; gen_ai.conversation.compacted is the next request's.
+    assert apply.events == ()
 
     evaluations = pipeline.spans(prefix=sc.EVALUATE_SPAN)
     assert [(s.attributes or {})[sc.ACTION] for s in evaluations] == ["refuse", "compact"]
@@ -953,7 +953,7 @@ def test_summary_not_smaller_than_its_span_holds_the_span(
         assert result.messages == [before[0], {"role": "user", "content": summary}, *before[2:]]
         assert result.reason == ""
         assert "compaction.hold.reason" not in attrs
-        assert [e.name for e in apply.events] == ["gen_ai.conversation.compacted"]
+        assert apply.events == ()
     else:
         assert (result.tokens_before, result.tokens_after) == (total, total)
         assert result.messages == before

@@ -199,8 +199,9 @@ def test_a_result_the_ledger_saw_but_the_transcript_lost_is_a_severed_obligation
         ("compaction.refused", _event(both, ["c3"], ["tool_call"], (4, 8)))
     ]
     metrics = pipeline.metrics()
+    # Two evaluations found the payment severed: it is one severed obligation.
     assert number_points(metrics[sc.METRIC_SEVERED]) == {
-        key({"compaction.rule": "severed_obligation"}): 2
+        key({"compaction.obligation.kind": "tool_call", "gen_ai.tool.name": "pay"}): 1
     }
     assert number_points(metrics[sc.METRIC_DECISIONS]) == {
         key({"compaction.action": "defer", "compaction.rule": "open_tool_call"}): 1,

@@ -1,9 +1,10 @@
 """Passive detection and conversation identity, as pure functions over transcripts and ledgers.
 
 Severed calls, orphaned results and duplicate calls in all three transcript formats, each
-reported once; resolution pairing with reused ids; what is not judged when the provider keeps
-the history; the documented derivation of conversation ids and the order of its sources; and
-the tolerant reading of requests (SDK objects, iterators, unreadable messages).
+reported once; a request shorter than the previous one as a compaction seen; resolution pairing
+with reused ids; what is not judged when the provider keeps the history; the documented
+derivation of conversation ids and the order of its sources; and the tolerant reading of
+requests (SDK objects, iterators, unreadable messages).
 """
 
 from __future__ import annotations
@@ -200,6 +201,32 @@ def test_without_the_whole_history_nothing_is_severed_or_orphaned() -> None:
 def test_placeholder_ids_of_the_span_processor_are_never_severed() -> None:
     ledger = ledger_with(("span:00000000000000ab", "execute_tool"))
     assert check([USER], ledger) == RequestFindings()
+
+
+# -- compaction seen -----------------------------------------------------------------------------
+
+
+def test_a_request_shorter_than_the_previous_one_shows_a_compaction_once() -> None:
+    ledger = ObligationLedger()
+    state = ConversationState()
+    turns = [USER, chat_call("c1", "deploy"), chat_result("c1", "done")]
+    reply = {"role": "assistant", "content": "Deployed."}
+
+    grown = [check(turns[:n], ledger, state).compacted for n in (1, 2, 3)]
+    cut = check([USER, SUMMARY], ledger, state)  # a summary in place of the call and result
+    after = check([USER, SUMMARY, reply], ledger, state)
+    edited = check([USER, reply, reply], ledger, state)  # as long as before: not seen
+
+    assert grown == [False, False, False]
+    assert cut == RequestFindings(compacted=True)
+    assert (after.compacted, edited.compacted) == (False, False)
+
+
+def test_without_the_whole_history_a_shorter_request_is_no_compaction() -> None:
+    ledger = ObligationLedger()
+    state = ConversationState()
+    check([USER, SUMMARY], ledger, state, full_history=False)
+    assert check([USER], ledger, state, full_history=False) == RequestFindings()
 
 
 # -- duplicates ----------------------------------------------------------------------------------

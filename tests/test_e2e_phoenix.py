@@ -118,6 +118,7 @@ def test_phoenix_receives_tool_calls_results_and_the_refusal(
         attributes = _attributes(result)
         call = calls[attributes[semconv.GEN_AI_TOOL_CALL_ID]]
         assert attributes[semconv.OBLIGATION_STATUS] == "result"
+        assert semconv.GEN_AI_OPERATION_NAME not in attributes  # not a second execution
         assert result["name"].split(" ", 1)[1] == _attributes(call)[semconv.GEN_AI_TOOL_NAME]
 
     # The refusal: its event names the write that was open, and that call ended only later.

@@ -70,6 +70,9 @@ def test_calls_results_and_compaction_damage_are_recorded(
     run_compaction_scenario(agent, instrumented, IDS)
 
     assert scenario_summary(instrumented) == expected_scenario(api, IDS, streamed=style != "json")
+    # Alone, each request is otel-compaction's own span, and it is the chat span.
+    requests = request_spans(instrumented.spans())
+    assert [s.name for s in requests] == ["compaction.model_request"] * 4
     assert fake_llm_server.pending() == 0
 
 

@@ -154,7 +154,10 @@ def test_serves_the_exact_names_on_loopback(configured: list[Telemetry]) -> None
         s for s in families["compaction_obligations_severed"].samples if s.name.endswith("_total")
     ]
     assert severed.value == 1
-    assert severed.labels["compaction_rule"] == "severed_obligation"
+    assert {k: v for k, v in severed.labels.items() if not k.startswith("otel_scope_")} == {
+        "compaction_obligation_kind": "tool_call",
+        "gen_ai_tool_name": "restart",
+    }
     [open_calls] = families["compaction_obligations_open"].samples
     assert open_calls.labels["compaction_obligation_kind"] == "tool_call"
     assert open_calls.value == 1

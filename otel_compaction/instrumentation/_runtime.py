@@ -1,11 +1,22 @@
 """What every instrumented library shares: one model request at a time becomes an `Exchange`.
 
-An exchange starts a ``compaction.model_request`` span, works out the conversation, resolves
-the open calls whose results the request carries (their ``tool_result`` spans are children of
-the request span and link to the call spans) and reports what compaction lost (severed calls,
-orphaned results). When the response is complete it opens one obligation per emitted tool call
-through the recorder (an ``execute_tool`` span, parented like the request and linked to it) and
-reports duplicates. A failed request ends its span with ``error.type`` and opens nothing.
+An exchange works out the conversation, resolves the open calls whose results the request
+carries (their ``tool_result`` spans are children of the request span and link to the call
+spans) and reports what compaction lost (severed calls, orphaned results). When the response is
+complete it opens one obligation per emitted tool call through the recorder (an
+``execute_tool`` span, parented like the request and linked to it) and reports duplicates.
+
+The request span is the inference span another GenAI instrumentation made for the request when
+it is current (`_inference.adoptable`: opentelemetry-instrumentation-openai-v2's ``chat``
+span): the exchange adds its attributes and events to it and leaves the rest (its name, its
+``gen_ai.*`` request and response attributes, its status, its end) to its owner. Otherwise the
+exchange starts its own ``compaction.model_request`` span, which ends with ``error.type`` when
+the request failed, and which claims ``gen_ai.operation.name`` ``chat`` (set when it ends) only
+when no other instrumentation's inference span started inside it (OpenInference's, which wraps
+the HTTP request beneath the SDK method): one ``chat``-like span per request either way. The
+first request after a compaction of its conversation, one a `GuardedCompactor` applied in this
+process (`otel_compaction.compactions`) or one detection saw (the transcript shrank), has
+``gen_ai.conversation.compacted`` ``true`` on its request span.
 
 Guarantees: nothing here raises into the host (an internal error is logged; the request goes on
 with a no-op exchange); an exchange finishes once; every piece of shared state (the ledger, the
@@ -32,10 +43,11 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
-from otel_compaction import semconv
+from otel_compaction import compactions, semconv
 from otel_compaction.incremental import TranscriptCache
+from otel_compaction.instrumentation._inference import adoptable, watch, watching
 from otel_compaction.instrumentation._requests import (
     MessageCache,
     ModelRequest,
@@ -96,7 +108,9 @@ class Exchange:
 
 
 class _Exchange(Exchange):
-    """One model request and its response, recorded."""
+    """One model request and its response, recorded on `span`: this package's own when
+    `owned`, else another instrumentation's inference span. `parent` is the context the
+    request's tool-call spans start in."""
 
     def __init__(
         self,
@@ -105,19 +119,33 @@ class _Exchange(Exchange):
         identity: Identity,
         span: Span,
         parent: Context,
+        *,
+        owned: bool,
     ) -> None:
         self.runtime = runtime
         self.request = request
         self.identity = identity
         self.span = span
         self.parent = parent
+        self.owned = owned
+        self._beside_inference = False
         self._done = False
         self._lock = threading.Lock()
 
     def activated(self) -> contextlib.AbstractContextManager[Any]:
-        return trace.use_span(
-            self.span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-        )
+        if not self.owned:
+            return contextlib.nullcontext()  # the inference span is current already
+        return _attached(watching(self, trace.set_span_in_context(self.span)))
+
+    def compacted(self) -> None:
+        """The conversation was compacted since its previous request: this request's inference
+        span says so (``gen_ai.conversation.compacted``, only ever ``true``)."""
+        self.span.set_attribute(semconv.GEN_AI_CONVERSATION_COMPACTED, True)
+
+    def inference_started(self) -> None:
+        """Another instrumentation's inference span started inside this request: it is the
+        ``chat`` span, and this exchange's own span does not claim to be one."""
+        self._beside_inference = True
 
     def _claim(self) -> bool:
         with self._lock:
@@ -143,6 +171,8 @@ class _Exchange(Exchange):
             finally:
                 otel_context.detach(token)
             self.span.set_attribute(semconv.REQUEST_RESOLVED, resolved)
+        if findings.compacted:
+            self.compacted()
         for severed in findings.severed:
             runtime.report_severed(self.span, conversation, severed)
         for orphan in findings.orphans:
@@ -159,7 +189,11 @@ class _Exchange(Exchange):
         self._end()
 
     def _end(self) -> None:
+        if not self.owned:
+            return  # its owner ends it
         try:
+            if not self._beside_inference:
+                self.span.set_attribute(semconv.GEN_AI_OPERATION_NAME, semconv.CHAT)
             self.span.end()
         except Exception:
             _log.exception("otel-compaction: ending a model request span failed")
@@ -167,7 +201,7 @@ class _Exchange(Exchange):
     def _opened(self, response: ModelResponse) -> None:
         runtime = self.runtime
         conversation = self.identity.id
-        if response.response_id:
+        if response.response_id and self.owned:
             self.span.set_attribute(semconv.GEN_AI_RESPONSE_ID, response.response_id)
         self.span.set_attribute(semconv.RESPONSE_TOOL_CALLS, len(response.calls))
         request_context = self.span.get_span_context()
@@ -196,8 +230,8 @@ class _Exchange(Exchange):
                 runtime.report_duplicate(self.span, duplicate)
 
     def fail(self, error: BaseException) -> None:
-        if not self._claim():
-            return
+        if not self._claim() or not self.owned:
+            return  # another instrumentation's span: its owner records the failure
         try:
             self.span.set_attribute(semconv.ERROR_TYPE, type(error).__qualname__)
             # The SDK's message may quote the request: content, kept only with capture on.
@@ -238,6 +272,24 @@ def _is_raw(result: Any) -> bool:
     return hasattr(result, "http_response")
 
 
+@contextlib.contextmanager
+def _attached(context: Context) -> Any:
+    token = otel_context.attach(context)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def _beside(span: Span, context: Context) -> Context:
+    """`context` with the parent of `span` current in place of `span`: where the spans of the
+    tool calls a request emits start, beside its inference span (a root without a parent)."""
+    parent = getattr(span, "parent", None)
+    return trace.set_span_in_context(
+        NonRecordingSpan(parent) if parent is not None else trace.INVALID_SPAN, context
+    )
+
+
 class Runtime:
     """The instrumentation's shared state: telemetry, conversations, detection state, and the
     tool-call handles it opened."""
@@ -250,6 +302,7 @@ class Runtime:
         self.ledger = telemetry.ledger
         self.metrics = telemetry.metrics
         self.tracer = package_tracer(telemetry.tracer_provider)
+        watch(telemetry.tracer_provider)
         self.active = True
         self.conversations = ConversationIndex()
         self.messages = MessageCache(self.ledger.max_conversations)
@@ -283,22 +336,35 @@ class Runtime:
             previous_response_id=request.previous_response_id,
             texts=("", "") if plain is None else plain.texts,
         )
-        attributes: dict[str, Any] = {
-            semconv.GEN_AI_OPERATION_NAME: semconv.CHAT,
-            semconv.GEN_AI_PROVIDER_NAME: request.provider,
-            semconv.GEN_AI_CONVERSATION_ID: identity.id,
+        bookkeeping: dict[str, Any] = {
             semconv.CONVERSATION_SOURCE: identity.source,
             semconv.REQUEST_API: request.api,
             semconv.REQUEST_STREAM: request.stream,
         }
-        if request.model:
-            attributes[semconv.GEN_AI_REQUEST_MODEL] = request.model
         parent = otel_context.get_current()
-        span = self.tracer.start_span(
-            semconv.MODEL_REQUEST_SPAN, context=parent, kind=SpanKind.INTERNAL,
-            attributes=attributes,
-        )  # fmt: skip
-        exchange = _Exchange(self, request, identity, span, parent)
+        current = trace.get_current_span(parent)
+        if adoptable(current):
+            if semconv.GEN_AI_CONVERSATION_ID not in getattr(current, "attributes", {}):
+                bookkeeping[semconv.GEN_AI_CONVERSATION_ID] = identity.id
+            current.set_attributes(bookkeeping)
+            exchange = _Exchange(
+                self, request, identity, current, _beside(current, parent), owned=False
+            )
+        else:
+            attributes: dict[str, Any] = {
+                semconv.GEN_AI_PROVIDER_NAME: request.provider,
+                semconv.GEN_AI_CONVERSATION_ID: identity.id,
+                **bookkeeping,
+            }
+            if request.model:
+                attributes[semconv.GEN_AI_REQUEST_MODEL] = request.model
+            span = self.tracer.start_span(
+                semconv.MODEL_REQUEST_SPAN, context=parent, kind=SpanKind.INTERNAL,
+                attributes=attributes,
+            )  # fmt: skip
+            exchange = _Exchange(self, request, identity, span, parent, owned=True)
+        if compactions.take(identity.id):  # a guarded compactor compacted it since
+            exchange.compacted()
         if transcript is not None:
             try:
                 exchange.check(transcript)
@@ -376,7 +442,7 @@ class Runtime:
         handle = self._open_handle(conversation, severed.call_id)
         if handle is not None:
             handle.span.add_event(semconv.EVENT_SEVERED, attributes)
-        self.metrics.severed.add(1, _tool(severed.name))
+        self.telemetry.severed.count(conversation, severed.sequence, "tool_call", severed.name)
 
     def report_orphan(self, span: Span, orphan: Orphan) -> None:
         """A request carries a result whose call is gone."""

@@ -6,6 +6,11 @@ caller's arguments and returns what it returned (a stream wrapped in a transpare
 SDK's own exceptions pass through unchanged. When the runtime is shut down the wrapper is a
 plain pass-through, so a wrapper that cannot be taken out (another instrumentation wrapped over
 it) stays harmless.
+
+`Patches.wrap` puts the wrapper next to the SDK method: beneath the wrapt wrappers already on it
+(a GenAI instrumentation's, such as opentelemetry-instrumentation-openai-v2), as it is beneath
+those installed after it. So it always runs inside their inference span, whichever
+instrumentation was installed first, and their ``uninstrument()`` takes out their own wrapper.
 """
 
 from __future__ import annotations
@@ -87,15 +92,19 @@ class Patches:
         self._installed: list[tuple[type[Any], str, Any, bool]] = []
 
     def wrap(self, owner: type[Any], name: str, wrapper: Wrapper) -> None:
-        """Wrap the method `name` of class `owner` once (skipped when it does not exist)."""
+        """Wrap the method `name` of class `owner` once (skipped when it does not exist),
+        beneath the wrapt wrappers already on it."""
         if any(o is owner and n == name for o, n, _, _ in self._installed):
             return
         if not callable(getattr(owner, name, None)):
             _log.debug("otel-compaction: %s.%s not found; not instrumented", owner, name)
             return
         own = name in vars(owner)
-        wrapt.wrap_function_wrapper(owner, name, wrapper)
-        self._installed.append((owner, name, vars(owner)[name], own))
+        installed = _beneath(vars(owner).get(name), wrapper)
+        if installed is None:
+            wrapt.wrap_function_wrapper(owner, name, wrapper)
+            installed = vars(owner)[name]
+        self._installed.append((owner, name, installed, own))
 
     def remove(self) -> None:
         """Restore every wrapped method; a wrapper another instrumentation wrapped over is
@@ -119,6 +128,23 @@ class Patches:
                     break
                 outer = inner
         self._installed.clear()
+
+
+def _beneath(found: Any, wrapper: Wrapper) -> Any:
+    """`wrapper` installed beneath the innermost of the wrapt wrappers `found` is made of (the
+    method as another instrumentation wrapped it); None when it is not wrapped that way."""
+    innermost = None
+    while isinstance(found, wrapt.FunctionWrapper):
+        innermost, found = found, found.__wrapped__
+    if innermost is None:
+        return None
+    installed = wrapt.FunctionWrapper(found, wrapper)
+    try:
+        innermost.__wrapped__ = installed
+    except (AttributeError, TypeError):
+        _log.debug("otel-compaction: cannot wrap beneath %r; wrapping over it", innermost)
+        return None
+    return installed
 
 
 def _is(found: Any, installed: Any) -> bool:

@@ -9,6 +9,9 @@ For each request, given the conversation's open obligations and the request's pa
 * **severed**: a tool call the ledger holds open that the request carries neither as a call nor
   as a result: compaction cut it while it was owed.
 * **orphaned**: a tool result with no call of its id before it in the request.
+* **compacted**: the request's transcript is shorter than the conversation's previous one: a
+  compactor replaced older messages by a summary, dropped them (a sliding window, pruning) or
+  both. Not seen: a rewrite that leaves the transcript as long as it was.
 
 For each model response, given the calls it emits:
 
@@ -16,11 +19,11 @@ For each model response, given the calls it emits:
   already resolved in the conversation: the agent is about to repeat a side effect.
 
 Each finding is reported once per conversation: `ConversationState` remembers what was reported
-and which calls resolved, within fixed bounds (oldest entries are forgotten first). Severed and
-orphan checks need the whole transcript; when the provider keeps the history (OpenAI Responses
-with ``previous_response_id`` or ``conversation``) the caller says so and only resolutions and
-duplicates are computed. The functions do no I/O and touch nothing but the state they are
-given; the caller serialises access to one state.
+and which calls resolved, within fixed bounds (oldest entries are forgotten first). Severed,
+orphan and compaction checks need the whole transcript; when the provider keeps the history
+(OpenAI Responses with ``previous_response_id`` or ``conversation``) the caller says so and
+only resolutions and duplicates are computed. The functions do no I/O and touch nothing but
+the state they are given; the caller serialises access to one state.
 
 A conversation's requests repeat its history, so the state also keeps a `TranscriptIndex` of
 the last transcript checked: when the next one extends it (it shares its parsed messages, as
@@ -111,11 +114,12 @@ class Duplicate:
 
 @dataclass(frozen=True, slots=True)
 class RequestFindings:
-    """What one request resolved and what it shows compaction lost."""
+    """What one request resolved, whether it shows a compaction, and what compaction lost."""
 
     resolutions: tuple[Resolution, ...] = ()
     severed: tuple[Severed, ...] = ()
     orphans: tuple[Orphan, ...] = ()
+    compacted: bool = False
 
 
 class _Bounded(Generic[K, V]):
@@ -196,6 +200,7 @@ class ConversationState:
 
     __slots__ = (
         "index",
+        "length",
         "names",
         "pending",
         "reported_orphans",
@@ -213,6 +218,8 @@ class ConversationState:
         self.reported_severed: _Bounded[int, None] = _Bounded(limit)
         self.reported_orphans: _Bounded[str, None] = _Bounded(limit)
         self.index = TranscriptIndex()
+        self.length = 0
+        """Entries of the last transcript checked with the whole history."""
 
     def duplicate_of(self, call: EmittedCall) -> str | None:
         """The id of the resolved call that `call` repeats, if any."""
@@ -255,9 +262,13 @@ def check_request(
             owed.setdefault(record.id, []).append(record)
     index = state.index
     _remember_pairs(transcript, index.update(transcript), state)
+    compacted = False
+    if full_history:
+        compacted = len(transcript.entries) < state.length
+        state.length = len(transcript.entries)
     loose = index.loose
     if not owed and not loose:
-        return RequestFindings()
+        return RequestFindings(compacted=compacted)
     present: dict[str, list[ToolCall]] = {}
     for call_id in owed:
         ordinals = index.calls.get(call_id)
@@ -293,7 +304,7 @@ def check_request(
                 known = owed.get(call_id)
                 name = known[0].name if known else state.names.items.get(call_id, "")
                 orphans.append(Orphan(call_id, name, results[0].message_index))
-    return RequestFindings(tuple(resolutions), tuple(severed), tuple(orphans))
+    return RequestFindings(tuple(resolutions), tuple(severed), tuple(orphans), compacted)
 
 
 def check_response(calls: Sequence[EmittedCall], state: ConversationState) -> tuple[Duplicate, ...]:

@@ -1,0 +1,115 @@
+"""Another GenAI instrumentation's inference span for a model request, when there is one.
+
+One model request is one ``chat``-like span. Instrumentations that wrap the SDK methods this
+package wraps (opentelemetry-instrumentation-openai-v2) run outside its wrapper whatever the
+installation order (`_wrapping`), so their span is current when an exchange begins: the
+exchange puts its bookkeeping on that span and makes none of its own (`adoptable`).
+Instrumentations that wrap lower (OpenInference wraps the HTTP request) start their span inside
+the call and end it before the response is read back, so the exchange keeps a span of its own;
+`InferenceWatch` tells the exchange that an inference span started inside it, and that span then
+does not claim the ``chat`` operation.
+
+An inference span is a recording span of another instrumentation scope that says so at its
+start: ``gen_ai.operation.name`` an inference operation (``chat``, ``text_completion``,
+``generate_content``), ``openinference.span.kind`` ``LLM``, or OpenLLMetry's
+``llm.request.type`` ``chat`` or ``completion``. One that already carries a request's
+bookkeeping (``compaction.conversation.source``) is not taken again.
+
+The watch is a span processor added once per SDK tracer provider and kept for the provider's
+life: it holds no state (the exchange comes from the context the span starts in) and never
+raises into the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import Any, Protocol
+
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.trace import Span, TracerProvider
+
+from otel_compaction import semconv
+
+__all__ = ["InferenceWatch", "Watched", "adoptable", "is_inference_span", "watch", "watching"]
+
+_log = logging.getLogger(__name__)
+
+_EXCHANGE = otel_context.create_key("otel_compaction.exchange")
+_INFERENCE_OPERATIONS = frozenset({semconv.CHAT, semconv.TEXT_COMPLETION, semconv.GENERATE_CONTENT})
+_OPENLLMETRY_REQUEST_TYPES = frozenset({"chat", "completion"})
+
+
+class Watched(Protocol):
+    """An exchange told when an inference span starts inside it."""
+
+    def inference_started(self) -> None:
+        """Another instrumentation started an inference span within the request."""
+
+
+def is_inference_span(span: Any) -> bool:
+    """Whether `span` is another instrumentation's inference span (see the module)."""
+    scope = getattr(span, "instrumentation_scope", None)
+    if scope is None or scope.name == semconv.SCOPE:
+        return False
+    attributes = getattr(span, "attributes", None)
+    if not attributes:
+        return False
+    return (
+        attributes.get(semconv.GEN_AI_OPERATION_NAME) in _INFERENCE_OPERATIONS
+        or attributes.get(semconv.OPENINFERENCE_SPAN_KIND) == semconv.OPENINFERENCE_LLM
+        or attributes.get(semconv.OPENLLMETRY_REQUEST_TYPE) in _OPENLLMETRY_REQUEST_TYPES
+    )
+
+
+def adoptable(span: Span) -> bool:
+    """Whether the current `span` is an inference span to carry a request's bookkeeping."""
+    if not span.is_recording() or not is_inference_span(span):
+        return False
+    return semconv.CONVERSATION_SOURCE not in getattr(span, "attributes", {})
+
+
+def watching(exchange: Watched, context: Context) -> Context:
+    """`context` with `exchange` as the one an inference span starting in it belongs to."""
+    return otel_context.set_value(_EXCHANGE, exchange, context)
+
+
+class InferenceWatch(SpanProcessor):
+    """Tells the exchange whose context a span starts in that it is an inference span."""
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        try:
+            exchange = otel_context.get_value(_EXCHANGE, parent_context)
+            if exchange is not None and is_inference_span(span):
+                exchange.inference_started()  # type: ignore[attr-defined]
+        except Exception:
+            _log.exception("otel-compaction: watching for inference spans failed")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+_WATCHED: weakref.WeakKeyDictionary[SdkTracerProvider, InferenceWatch] = weakref.WeakKeyDictionary()
+_WATCH_LOCK = threading.Lock()
+
+
+def watch(provider: TracerProvider) -> None:
+    """Add the watch to `provider` (an SDK provider; others cannot take processors), once."""
+    if not isinstance(provider, SdkTracerProvider):
+        return
+    with _WATCH_LOCK:
+        if provider in _WATCHED:
+            return
+        watcher = _WATCHED[provider] = InferenceWatch()
+    provider.add_span_processor(watcher)
