@@ -60,9 +60,10 @@ second = claude.messages.create(messages=history, **ask)
 print(first.choices[0].message.content, "|", second.content[0].text)
 '''
 
+# Beside openai-v2, a request's bookkeeping goes on openai-v2's chat span (no span of our own).
 OPENAI_CALLS = [
-    ("compaction.model_request", "openai"),
-    ("compaction.model_request", "openai"),
+    ("bookkeeping on chat gpt-test", "chat.completions"),
+    ("bookkeeping on chat gpt-test", "chat.completions"),
     ("execute_tool find_order", "call_o1"),
     ("tool_result find_order", "call_o1"),
 ]
@@ -121,10 +122,14 @@ def _run(
 
 
 def _recorded(spans: list[Span]) -> list[tuple[str, str]]:
-    """otel-compaction's spans: the requests by provider, the calls and results by call id."""
+    """otel-compaction's spans: the requests by provider, the calls and results by call id; and
+    another instrumentation's request span carrying otel-compaction's bookkeeping, by API."""
     recorded = []
     for span in spans:
         if span.scope_name != "otel_compaction":
+            if "compaction.request.api" in span.attributes:
+                api = str(span.attributes["compaction.request.api"])
+                recorded.append((f"bookkeeping on {span.name}", api))
             continue
         key = "gen_ai.provider.name" if span.name == "compaction.model_request" else None
         recorded.append((span.name, str(span.attributes[key or "gen_ai.tool.call.id"])))
