@@ -10,13 +10,14 @@ follows; the two differ only for an id reused while its first call is still open
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from otel_compaction._internal_errors import internal_errors
 
 __all__ = [
     "DEFAULT_CONVERSATION",
@@ -38,8 +39,6 @@ kinds are ``given_up`` (a retry chain), ``withdrawn`` (a commitment), ``rolled_b
 transaction) and ``absorbed`` (a result with no call)."""
 
 DEFAULT_CONVERSATION = ""
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -391,19 +390,13 @@ class ObligationLedger:
         self, record: Obligation, before: Obligation | None, dropped: Sequence[Obligation]
     ) -> None:
         for listener in self._change_listeners:
-            try:
+            with internal_errors("a ledger listener"):
                 listener(record, before)
-            except Exception:
-                _log.exception("otel-compaction: ledger listener failed")
         if before is not None:
             for resolved in self._resolve_listeners:
-                try:
+                with internal_errors("a ledger listener"):
                     resolved(record)
-                except Exception:
-                    _log.exception("otel-compaction: ledger listener failed")
         for lost in dropped:
             for overflow in self._overflow_listeners:
-                try:
+                with internal_errors("a ledger overflow listener"):
                     overflow(lost)
-                except Exception:
-                    _log.exception("otel-compaction: ledger overflow listener failed")
