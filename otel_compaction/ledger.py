@@ -161,7 +161,7 @@ class ObligationLedger:
         `max_records_per_conversation` for a process serving many long conversations at once).
         Raise `max_open` for one that really has more calls open at once. Every open obligation
         a bound drops is counted (``compaction.ledger.overflow``) and reported to the
-        `on_overflow` listeners.
+        `on_overflow` listeners; the recorder ends its span as abandoned, ``evicted``.
 
         Args:
             max_conversations: conversations kept; the least recently touched goes first.

@@ -18,8 +18,10 @@ runs returns its own value or raises its own exception, once.
 
 Handles are plain objects owned by the caller; the recorder keeps open ones in a dict keyed by
 (conversation, call id) guarded by a lock, so threads and asyncio tasks may resolve calls
-concurrently. A call two instrumentation layers record (a model SDK's wrapper and the
-framework above it: ``layer``) is one obligation.
+concurrently. It holds no more than the ledger does: when a ledger bound drops an open call,
+the recorder lets its handle go and ends its live span as abandoned (reason ``evicted``), so
+calls that never resolve cost at most the ledger's bound. A call two instrumentation layers
+record (a model SDK's wrapper and the framework above it: ``layer``) is one obligation.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import json
 import os
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
@@ -49,7 +53,7 @@ from opentelemetry.util.types import Attributes
 from otel_compaction import semconv
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.context import current_conversation_id
-from otel_compaction.ledger import ObligationKind, ObligationLedger, ResolutionStatus
+from otel_compaction.ledger import Obligation, ObligationKind, ObligationLedger, ResolutionStatus
 from otel_compaction.metrics import CompactionMetrics
 
 __all__ = [
@@ -70,6 +74,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _CLAIM_LOCK = threading.Lock()  # held for a flag flip only
 _MAX_CONTENT = 8_192
 _NO_LAYERS: frozenset[str] = frozenset()
+_EARLY_DROPS = 1_024  # dropped records remembered until their handle is indexed (a race)
 
 
 def capture_content_enabled() -> bool:
@@ -150,8 +155,8 @@ class ObligationHandle:
 
     @property
     def resolved(self) -> bool:
-        """True once the obligation is over: a terminal resolution was recorded, or recording
-        it failed (resolving it does nothing then)."""
+        """True once the obligation is over: a terminal resolution was recorded, a ledger
+        bound dropped it, or recording it failed (resolving it does nothing then)."""
         return self._done
 
     def _claim(self) -> bool:
@@ -165,11 +170,12 @@ class ObligationHandle:
 class ToolCallHandle(ObligationHandle):
     """A tool call in flight. Call exactly one of `result`, `error` or `abandon`.
 
-    None of them raises. The first resolution wins; when recording the call failed (it is
-    then `resolved`) they do nothing.
+    None of them raises. The first resolution wins; once the ledger's bound dropped the call
+    (it is then `resolved`, abandoned as ``evicted``), or when recording it failed, they do
+    nothing.
     """
 
-    __slots__ = ("_key", "arguments", "layers", "started_ns")
+    __slots__ = ("_key", "_sequence", "arguments", "layers", "started_ns")
 
     arguments: Any
     layers: frozenset[str]
@@ -186,6 +192,7 @@ class ToolCallHandle(ObligationHandle):
         span: Span,
         arguments: Any,
         layer: str | None,
+        sequence: int,
     ) -> None:
         # Every slot set here, in one call: a handle is made per tool call.
         self._recorder = recorder
@@ -198,6 +205,7 @@ class ToolCallHandle(ObligationHandle):
         self.arguments = arguments
         self.layers = _NO_LAYERS if layer is None else frozenset((layer,))
         self._key = (conversation_id or "", call_id)  # in the recorder's index
+        self._sequence = sequence  # of its ledger record; -1 when it has none
         self.started_ns = time.monotonic_ns()
         """When the call was recorded (``time.monotonic_ns()``): another layer joins calls
         recorded since its run began."""
@@ -229,7 +237,9 @@ class ToolCallRecorder:
     """Records tool calls, results, transactions and retry chains as spans and obligations.
 
     It never raises into the host: an internal fault is logged and the call goes on, and a
-    decorated tool returns its own value or raises its own exception.
+    decorated tool returns its own value or raises its own exception. The open calls it holds
+    follow the ledger's bounds (`ObligationLedger`: by default 10,000 open obligations, about
+    4 KB each with the live span): a call the ledger drops ends as abandoned, ``evicted``.
 
     Example:
         >>> from otel_compaction.ledger import ObligationLedger
@@ -271,8 +281,13 @@ class ToolCallRecorder:
         self._open: dict[tuple[str, str], list[ToolCallHandle]] = {}
         # Open calls recorded by a layer, per call id in every conversation, in open order.
         self._layered: dict[str, list[ToolCallHandle]] = {}
+        # Sequences of tool-call records the ledger dropped while no handle was indexed for
+        # them: a call whose record another thread's opening dropped before `call` indexed it.
+        self._dropped_early: OrderedDict[int, None] = OrderedDict()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        with internal_errors("subscribing to the ledger's bound"):
+            self.ledger.subscribe(on_overflow=_weak_listener(self._dropped))
 
     @property
     def capture_content(self) -> bool:
@@ -313,7 +328,7 @@ class ToolCallRecorder:
                 tool_name, call_id, arguments, tool_type, conversation_id, links, context, layer
             )
         handle = ToolCallHandle(
-            self, call_id or "", tool_name, conversation_id, trace.INVALID_SPAN, None, None
+            self, call_id or "", tool_name, conversation_id, trace.INVALID_SPAN, None, None, -1
         )
         handle._done = True
         return handle
@@ -336,23 +351,63 @@ class ToolCallRecorder:
         conversation = conversation_id or current_conversation_id()
         call_id = call_id or f"call_{next(self._ids)}"
         # The ledger first: whatever happens to telemetry, the obligation is known.
-        self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
+        record = self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
         span: Span = trace.INVALID_SPAN
         with internal_errors("starting a tool-call span"):
             span = self._start_call_span(
                 tool_name, call_id, tool_type, conversation, arguments, links, context
             )
-        handle = ToolCallHandle(self, call_id, tool_name, conversation, span, arguments, layer)
+        sequence = record.sequence
+        handle = ToolCallHandle(
+            self, call_id, tool_name, conversation, span, arguments, layer, sequence
+        )
         key = handle._key
         with self._lock:
-            waiting = self._open.get(key)
-            if waiting is None:
-                self._open[key] = [handle]
+            dropped = bool(self._dropped_early) and sequence in self._dropped_early
+            if dropped:
+                del self._dropped_early[sequence]
+                handle._done = True
             else:
-                waiting.append(handle)
-            if layer is not None:
-                self._layered.setdefault(call_id, []).append(handle)
+                waiting = self._open.get(key)
+                if waiting is None:
+                    self._open[key] = [handle]
+                else:
+                    waiting.append(handle)
+                if layer is not None:
+                    self._layered.setdefault(call_id, []).append(handle)
+        if dropped:
+            self._end_evicted(handle)
         return handle
+
+    def _dropped(self, record: Obligation) -> None:
+        """The ledger's bound dropped `record`: let its call go and end its span, abandoned as
+        evicted (the ledger's listener; its overflow counter counts the record)."""
+        if record.kind != "tool_call":
+            return  # transactions and retry chains are held by their callers only
+        key = (record.conversation_id, record.id)
+        with self._lock:
+            waiting = self._open.get(key)
+            if not waiting:
+                early = self._dropped_early
+                early[record.sequence] = None
+                if len(early) > _EARLY_DROPS:
+                    early.popitem(last=False)  # a record some other writer of the ledger opened
+                return
+            # Its own handle; else the earliest of the id, as the ledger pairs resolutions.
+            handle = next((h for h in waiting if h._sequence == record.sequence), waiting[0])
+            waiting.remove(handle)
+            if not waiting:
+                del self._open[key]
+            handle._done = True
+            if handle.layers:
+                self._unindex(handle)
+        self._end_evicted(handle)
+
+    def _end_evicted(self, handle: ToolCallHandle) -> None:
+        with internal_errors("ending an evicted tool-call span"):
+            self._end_call_span(
+                handle.span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED
+            )
 
     def _join(self, call_id: str, layer: str) -> ToolCallHandle | None:
         """The earliest open call of `call_id` that another layer recorded and `layer` has not
@@ -828,6 +883,19 @@ class RetryChain(ObligationHandle):
             self._recorder._finish_obligation(self, "abandoned", reason=reason)
 
 
+def _weak_listener(method: Callable[[Obligation], None]) -> Callable[[Obligation], None]:
+    """A ledger listener calling the bound `method` while its object lives: a recorder made
+    for a while on a long-lived ledger is not kept alive by it."""
+    reference = weakref.WeakMethod(method)
+
+    def listener(record: Obligation) -> None:
+        alive = reference()
+        if alive is not None:
+            alive(record)
+
+    return listener
+
+
 def _conversation_attrs(conversation: str | None) -> dict[str, str]:
     return {semconv.GEN_AI_CONVERSATION_ID: conversation} if conversation else {}
 
@@ -873,13 +941,15 @@ class LedgerSpanProcessor(SpanProcessor):
 
     Spans of this package's own recorder are skipped (the recorder writes the ledger itself).
     A span without ``gen_ai.tool.call.id`` at start is tracked by its span id and re-keyed
-    when the id appears at the end. Open entries are held in a dict keyed by span id;
-    `shutdown` abandons whatever is still open. No callback raises: an internal fault is logged.
+    when the id appears at the end. Open entries are held in a dict keyed by span id, no more
+    of them than the ledger keeps open obligations (`ObligationLedger.max_open`: a span that
+    never ends is forgotten once that many started after it); `shutdown` abandons whatever is
+    still open. No callback raises: an internal fault is logged.
     """
 
     def __init__(self, ledger: ObligationLedger) -> None:
         self.ledger = ledger
-        self._open: dict[int, tuple[str | None, str]] = {}
+        self._open: OrderedDict[int, tuple[str | None, str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
@@ -904,6 +974,8 @@ class LedgerSpanProcessor(SpanProcessor):
         self.ledger.open(conversation_id, "tool_call", key, name=str(name))
         with self._lock:
             self._open[context.span_id] = (conversation_id, key)
+            if len(self._open) > self.ledger.max_open:
+                self._open.popitem(last=False)  # the ledger dropped its record: oldest first
 
     def on_end(self, span: ReadableSpan) -> None:
         with internal_errors("feeding the ledger from an ended span"):
