@@ -225,11 +225,12 @@ class ObligationLedger:
         record), `on_overflow(record)` for each open record a bound dropped. Listeners run
         outside the lock; one that raises is logged and does not stop the others."""
         if on_change is not None:
-            self._change_listeners.append(on_change)
+            self._change_listeners.append(internal_errors("a ledger listener")(on_change))
         if on_resolve is not None:
-            self._resolve_listeners.append(on_resolve)
+            self._resolve_listeners.append(internal_errors("a ledger listener")(on_resolve))
         if on_overflow is not None:
-            self._overflow_listeners.append(on_overflow)
+            guarded = internal_errors("a ledger overflow listener")(on_overflow)
+            self._overflow_listeners.append(guarded)
 
     def open(
         self,
@@ -456,14 +457,11 @@ class ObligationLedger:
     def _notify(
         self, record: Obligation, before: Obligation | None, dropped: Sequence[Obligation]
     ) -> None:
-        for listener in self._change_listeners:
-            with internal_errors("a ledger listener"):
-                listener(record, before)
+        for listener in self._change_listeners:  # each guarded when it subscribed
+            listener(record, before)
         if before is not None:
             for resolved in self._resolve_listeners:
-                with internal_errors("a ledger listener"):
-                    resolved(record)
+                resolved(record)
         for lost in dropped:
             for overflow in self._overflow_listeners:
-                with internal_errors("a ledger overflow listener"):
-                    overflow(lost)
+                overflow(lost)

@@ -217,20 +217,20 @@ class ToolCallHandle(ObligationHandle):
             return bool(_comparable(self.arguments) == _comparable(arguments))
         return False
 
+    @internal_errors("recording a tool result")
     def result(self, content: Any = None) -> None:
         """The tool returned `content`."""
-        with internal_errors("recording a tool result"):
-            self._recorder._finish_call(self, "result", content=content)
+        self._recorder._finish_call(self, "result", content=content)
 
+    @internal_errors("recording a tool error")
     def error(self, error: BaseException | str | None = None, content: Any = None) -> None:
         """The tool failed: `error` is the exception or an ``error.type`` string."""
-        with internal_errors("recording a tool error"):
-            self._recorder._finish_call(self, "error", content=content, error=error)
+        self._recorder._finish_call(self, "error", content=content, error=error)
 
+    @internal_errors("recording an abandoned tool call")
     def abandon(self, reason: str = "") -> None:
         """The call will never get a result (cancelled, timed out, forced terminal)."""
-        with internal_errors("recording an abandoned tool call"):
-            self._recorder._finish_call(self, "abandoned", reason=reason)
+        self._recorder._finish_call(self, "abandoned", reason=reason)
 
 
 class ToolCallRecorder:
@@ -323,16 +323,17 @@ class ToolCallRecorder:
 
         Never raises: when the ledger cannot record the call, the handle returned does nothing.
         """
-        with internal_errors("recording a tool call"):
-            return self._call(
-                tool_name, call_id, arguments, tool_type, conversation_id, links, context, layer
-            )
-        handle = ToolCallHandle(
-            self, call_id or "", tool_name, conversation_id, trace.INVALID_SPAN, None, None, -1
+        handle = self._call(
+            tool_name, call_id, arguments, tool_type, conversation_id, links, context, layer
         )
-        handle._done = True
+        if handle is None:  # recording it failed, and that was logged: a handle that is over
+            handle = ToolCallHandle(
+                self, call_id or "", tool_name, conversation_id, trace.INVALID_SPAN, None, None, -1
+            )
+            handle._done = True
         return handle
 
+    @internal_errors("recording a tool call")
     def _call(
         self,
         tool_name: str,
@@ -352,11 +353,11 @@ class ToolCallRecorder:
         call_id = call_id or f"call_{next(self._ids)}"
         # The ledger first: whatever happens to telemetry, the obligation is known.
         record = self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
-        span: Span = trace.INVALID_SPAN
-        with internal_errors("starting a tool-call span"):
-            span = self._start_call_span(
-                tool_name, call_id, tool_type, conversation, arguments, links, context
-            )
+        span = self._start_call_span(
+            tool_name, call_id, tool_type, conversation, arguments, links, context
+        )
+        if span is None:  # it failed, and that was logged
+            span = trace.INVALID_SPAN
         sequence = record.sequence
         handle = ToolCallHandle(
             self, call_id, tool_name, conversation, span, arguments, layer, sequence
@@ -376,7 +377,9 @@ class ToolCallRecorder:
                 if layer is not None:
                     self._layered.setdefault(call_id, []).append(handle)
         if dropped:
-            self._end_evicted(handle)
+            self._end_call_span(
+                handle.span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED
+            )
         return handle
 
     def _dropped(self, record: Obligation) -> None:
@@ -401,13 +404,7 @@ class ToolCallRecorder:
             handle._done = True
             if handle.layers:
                 self._unindex(handle)
-        self._end_evicted(handle)
-
-    def _end_evicted(self, handle: ToolCallHandle) -> None:
-        with internal_errors("ending an evicted tool-call span"):
-            self._end_call_span(
-                handle.span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED
-            )
+        self._end_call_span(handle.span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED)
 
     def _join(self, call_id: str, layer: str) -> ToolCallHandle | None:
         """The earliest open call of `call_id` that another layer recorded and `layer` has not
@@ -682,6 +679,7 @@ class ToolCallRecorder:
             return self._tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
         return trace.INVALID_SPAN
 
+    @internal_errors("starting a tool-call span")
     def _start_call_span(
         self,
         tool_name: str,
@@ -751,8 +749,7 @@ class ToolCallRecorder:
         shown = error if self.capture_content else None
         with internal_errors("recording a tool result span"):
             self._result_span(handle, status, content, shown, error_type, reason)
-        with internal_errors("ending a tool-call span"):
-            self._end_call_span(handle.span, status, shown, error_type, reason)
+        self._end_call_span(handle.span, status, shown, error_type, reason)
 
     def _result_span(
         self,
@@ -789,6 +786,7 @@ class ToolCallRecorder:
         result_span.end()
 
     @staticmethod
+    @internal_errors("ending a tool-call span")
     def _end_call_span(
         call_span: Span,
         status: ResolutionStatus,
@@ -952,11 +950,8 @@ class LedgerSpanProcessor(SpanProcessor):
         self._open: OrderedDict[int, tuple[str | None, str]] = OrderedDict()
         self._lock = threading.Lock()
 
+    @internal_errors("feeding the ledger from a started span")
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
-        with internal_errors("feeding the ledger from a started span"):
-            self._started(span)
-
-    def _started(self, span: ReadableSpan) -> None:
         scope = span.instrumentation_scope
         if scope is not None and scope.name == semconv.SCOPE:
             return
@@ -977,11 +972,8 @@ class LedgerSpanProcessor(SpanProcessor):
             if len(self._open) > self.ledger.max_open:
                 self._open.popitem(last=False)  # the ledger dropped its record: oldest first
 
+    @internal_errors("feeding the ledger from an ended span")
     def on_end(self, span: ReadableSpan) -> None:
-        with internal_errors("feeding the ledger from an ended span"):
-            self._ended(span)
-
-    def _ended(self, span: ReadableSpan) -> None:
         context = span.get_span_context()
         if context is None:
             return
