@@ -155,7 +155,7 @@ class ObligationLedger:
 
         The defaults bound what a process holds however many calls never resolve: at most
         10,000 open obligations, about 40 MB with the recorder's live spans (an open tool call
-        holds about 3.9 KB, its span most of it; about 0.5 KB in the ledger alone), and a
+        holds about 3.9 KB, its span most of it; 0.5 to 0.6 KB in the ledger alone), and a
         resolved history of at most 1,000 records in each of 1,000 conversations (about 0.35 KB
         a record: 350 MB only if every conversation is that long; lower
         `max_records_per_conversation` for a process serving many long conversations at once).
