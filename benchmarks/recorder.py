@@ -146,13 +146,13 @@ def _bytes_per_open(count: int, open_one: Callable[[str], object]) -> float:
 
 
 def _memory(count: int) -> dict[str, float]:
-    ledger = ObligationLedger(max_records_per_conversation=count + 1)
+    ledger = ObligationLedger(max_records_per_conversation=count + 1, max_open=count + 1)
 
     def ledger_open(call_id: str) -> object:
         return ledger.open(CONVERSATION, "tool_call", call_id, name=TOOL)
 
     recorder = ToolCallRecorder(
-        ledger=ObligationLedger(max_records_per_conversation=count + 1),
+        ledger=ObligationLedger(max_records_per_conversation=count + 1, max_open=count + 1),
         tracer_provider=TracerProvider(),
         capture_content=False,
     )

@@ -1,22 +1,29 @@
 """The obligation ledger: the runtime's live table of what it still owes, per conversation.
 
 The ledger is the source of truth the transcript is checked against. It is thread-safe (one
-lock, held only for dictionary work), bounded (conversations and records per conversation
-are capped; overflow drops resolved history first and is counted), and pairs a resolution with
-the earliest open obligation of the same id. (The transcript pairs a result with the call it
-follows; the two differ only for an id reused while its first call is still open.)
+lock, held only for dictionary work), bounded, and pairs a resolution with the earliest open
+obligation of the same id. (The transcript pairs a result with the call it follows; the two
+differ only for an id reused while its first call is still open.)
+
+Three bounds keep it from growing with calls that never resolve: conversations (the least
+recently touched goes first), records per conversation (resolved history goes before open
+records) and open obligations across conversations (the oldest open one goes first). Each open
+record a bound drops is reported to the ``on_overflow`` listeners, so that whoever holds
+something for it (the recorder's live span) lets it go too. Every bound is kept in constant
+time per opening.
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from otel_compaction._internal_errors import internal_errors
 
 __all__ = [
     "DEFAULT_CONVERSATION",
@@ -38,8 +45,6 @@ kinds are ``given_up`` (a retry chain), ``withdrawn`` (a commitment), ``rolled_b
 transaction) and ``absorbed`` (a result with no call)."""
 
 DEFAULT_CONVERSATION = ""
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -111,13 +116,16 @@ class LedgerSnapshot:
 
 
 class _Conversation:
-    __slots__ = ("open_by_id", "records")
+    __slots__ = ("open_by_id", "records", "resolved")
 
     def __init__(self) -> None:
         # sequence -> record, in opening order; open ids map to a FIFO of sequences (a list:
         # almost always of one element, and far smaller than a deque).
         self.records: OrderedDict[int, Obligation] = OrderedDict()
         self.open_by_id: dict[tuple[str, str], list[int]] = {}
+        # The resolved records' sequences in resolution order: the record bound drops the
+        # first of them without walking past the open records before it.
+        self.resolved: deque[int] = deque()
 
 
 class ObligationLedger:
@@ -137,26 +145,53 @@ class ObligationLedger:
     def __init__(
         self,
         *,
-        max_conversations: int = 10_000,
-        max_records_per_conversation: int = 10_000,
+        max_conversations: int = 1_000,
+        max_records_per_conversation: int = 1_000,
+        max_open: int = 10_000,
         on_overflow: Callable[[Obligation], None] | None = None,
         on_change: Callable[[Obligation, Obligation | None], None] | None = None,
     ) -> None:
         """Create a ledger.
 
+        The defaults bound what a process holds however many calls never resolve: at most
+        10,000 open obligations, about 40 MB with the recorder's live spans (an open tool call
+        holds about 3.9 KB, its span most of it; 0.5 to 0.6 KB in the ledger alone), and a
+        resolved history of at most 1,000 records in each of 1,000 conversations (about 0.35 KB
+        a record: 350 MB only if every conversation is that long; lower
+        `max_records_per_conversation` for a process serving many long conversations at once).
+        Raise `max_open` for one that really has more calls open at once. Every open obligation
+        a bound drops is counted (``compaction.ledger.overflow``) and reported to the
+        `on_overflow` listeners; the recorder ends its span as abandoned, ``evicted``.
+
         Args:
             max_conversations: conversations kept; the least recently touched goes first.
             max_records_per_conversation: records kept per conversation; resolved ones
-                are dropped before open ones.
+                are dropped before open ones, the first resolved first.
+            max_open: open obligations kept across conversations; the one opened first goes
+                first.
             on_overflow: called (outside the lock) with each open record a bound dropped.
             on_change: called (outside the lock) with the new record and the one it replaced
                 (None when opening).
+
+        Raises:
+            ValueError: a bound is below 1.
         """
+        for bound, value in (
+            ("max_conversations", max_conversations),
+            ("max_records_per_conversation", max_records_per_conversation),
+            ("max_open", max_open),
+        ):
+            if value < 1:
+                raise ValueError(f"{bound} must be at least 1, got {value}")
         self._lock = threading.Lock()
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         self._sequence = itertools.count()
         self._max_conversations = max_conversations
         self._max_records = max_records_per_conversation
+        self._max_open = max_open
+        # Every open record's sequence -> its conversation, in opening order: the open bound
+        # drops the first, and the oldest open obligation is read from it.
+        self._open_order: OrderedDict[int, str] = OrderedDict()
         self._open_counts: dict[ObligationKind, int] = {}
         self._change_listeners: list[Callable[[Obligation, Obligation | None], None]] = []
         self._resolve_listeners: list[Callable[[Obligation], None]] = []
@@ -167,6 +202,16 @@ class ObligationLedger:
     def max_conversations(self) -> int:
         """Conversations kept; the least recently touched goes first."""
         return self._max_conversations
+
+    @property
+    def max_records_per_conversation(self) -> int:
+        """Records kept per conversation; resolved ones are dropped before open ones."""
+        return self._max_records
+
+    @property
+    def max_open(self) -> int:
+        """Open obligations kept across conversations; the one opened first goes first."""
+        return self._max_open
 
     def subscribe(
         self,
@@ -180,11 +225,12 @@ class ObligationLedger:
         record), `on_overflow(record)` for each open record a bound dropped. Listeners run
         outside the lock; one that raises is logged and does not stop the others."""
         if on_change is not None:
-            self._change_listeners.append(on_change)
+            self._change_listeners.append(internal_errors("a ledger listener")(on_change))
         if on_resolve is not None:
-            self._resolve_listeners.append(on_resolve)
+            self._resolve_listeners.append(internal_errors("a ledger listener")(on_resolve))
         if on_overflow is not None:
-            self._overflow_listeners.append(on_overflow)
+            guarded = internal_errors("a ledger overflow listener")(on_overflow)
+            self._overflow_listeners.append(guarded)
 
     def open(
         self,
@@ -217,12 +263,16 @@ class ObligationLedger:
                 conversation.open_by_id[key] = [sequence]
             else:
                 waiting.append(sequence)
+            open_order = self._open_order
+            open_order[sequence] = conversation_id
             counts = self._open_counts
             counts[kind] = counts.get(kind, 0) + 1
             if len(records) > self._max_records:
                 lost = self._evict_record(conversation)
                 if lost.is_open:
                     dropped.append(lost)
+            if len(open_order) > self._max_open:
+                dropped.append(self._evict_oldest_open())
         if self._change_listeners or dropped:
             self._notify(record, None, dropped)
         return record
@@ -258,6 +308,8 @@ class ObligationLedger:
                 sequence = waiting.pop(0)
             records = conversation.records
             before = records[sequence]
+            del self._open_order[sequence]
+            conversation.resolved.append(sequence)
             after = Obligation(
                 kind,
                 obligation_id,
@@ -329,11 +381,12 @@ class ObligationLedger:
 
     def oldest_open(self) -> Obligation | None:
         """The open obligation opened earliest, across conversations."""
-        oldest: Obligation | None = None
-        for record in self.open_obligations():
-            if oldest is None or record.opened_at_ns < oldest.opened_at_ns:
-                oldest = record
-        return oldest
+        with self._lock:
+            first = next(iter(self._open_order.items()), None)
+            if first is None:
+                return None
+            sequence, conversation_id = first
+            return self._conversations[conversation_id].records[sequence]
 
     def forget(self, conversation_id: str) -> None:
         """Drop a finished conversation's records."""
@@ -369,41 +422,46 @@ class ObligationLedger:
         return conversation
 
     def _evict_record(self, conversation: _Conversation) -> Obligation:
-        for sequence, record in conversation.records.items():
-            if record.status is not None:  # resolved; read directly, as this runs per opening
-                del conversation.records[sequence]
-                return record
-        sequence, record = conversation.records.popitem(last=False)
-        self._uncount((record,))
-        waiting = conversation.open_by_id.get((record.kind, record.id))
-        if waiting:
-            waiting.remove(sequence)
-            if not waiting:
-                del conversation.open_by_id[(record.kind, record.id)]
+        """Drop the conversation's first resolved record, else its oldest (open) one."""
+        if conversation.resolved:
+            return conversation.records.pop(conversation.resolved.popleft())
+        _, record = conversation.records.popitem(last=False)
+        self._unindex(conversation, record)
         return record
 
+    def _evict_oldest_open(self) -> Obligation:
+        """Drop the open record opened first, across conversations."""
+        sequence, conversation_id = next(iter(self._open_order.items()))
+        conversation = self._conversations[conversation_id]
+        record = conversation.records.pop(sequence)
+        self._unindex(conversation, record)
+        return record
+
+    def _unindex(self, conversation: _Conversation, record: Obligation) -> None:
+        """Take an open record that left `conversation.records` out of every index."""
+        self._uncount((record,))
+        key = (record.kind, record.id)
+        waiting = conversation.open_by_id.get(key)
+        if waiting:
+            waiting.remove(record.sequence)
+            if not waiting:
+                del conversation.open_by_id[key]
+
     def _uncount(self, records: Iterable[Obligation]) -> None:
+        """Uncount the open ones of `records`, which left the ledger."""
         for record in records:
             if record.is_open:
                 self._open_counts[record.kind] -= 1
+                del self._open_order[record.sequence]
 
     def _notify(
         self, record: Obligation, before: Obligation | None, dropped: Sequence[Obligation]
     ) -> None:
-        for listener in self._change_listeners:
-            try:
-                listener(record, before)
-            except Exception:
-                _log.exception("otel-compaction: ledger listener failed")
+        for listener in self._change_listeners:  # each guarded when it subscribed
+            listener(record, before)
         if before is not None:
             for resolved in self._resolve_listeners:
-                try:
-                    resolved(record)
-                except Exception:
-                    _log.exception("otel-compaction: ledger listener failed")
+                resolved(record)
         for lost in dropped:
             for overflow in self._overflow_listeners:
-                try:
-                    overflow(lost)
-                except Exception:
-                    _log.exception("otel-compaction: ledger overflow listener failed")
+                overflow(lost)

@@ -12,7 +12,6 @@ error types, actions, rules, tool names.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 import weakref
@@ -22,11 +21,10 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from otel_compaction import semconv
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.ledger import Obligation, ObligationLedger
 
 __all__ = ["CompactionMetrics"]
-
-_log = logging.getLogger(__name__)
 
 # Seconds; tool calls run from milliseconds to many minutes.
 _AGE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -39,11 +37,9 @@ class CompactionMetrics:
         from otel_compaction import __version__
 
         provider = meter_provider or metrics.get_meter_provider()
-        try:
+        meter: metrics.Meter = metrics.NoOpMeter(semconv.SCOPE, __version__)
+        with internal_errors("getting a meter"):
             meter = provider.get_meter(semconv.SCOPE, __version__)
-        except Exception:  # telemetry never breaks the host: record nothing instead
-            _log.exception("otel-compaction: getting a meter failed; metrics are off")
-            meter = metrics.NoOpMeter(semconv.SCOPE, __version__)
         self._observed = _observed(provider, meter)
         self.obligation_age = meter.create_histogram(
             semconv.METRIC_OBLIGATION_AGE,

@@ -70,6 +70,8 @@ OBLIGATION_IDS: Final = "compaction.obligation.ids"
 OBLIGATION_KINDS: Final = "compaction.obligation.kinds"
 RETRY_ATTEMPT: Final = "compaction.retry.attempt"
 ABANDON_REASON: Final = "compaction.abandon.reason"
+ABANDON_REASON_EVICTED: Final = "evicted"
+"""The reason of a call abandoned because the ledger's bound dropped its obligation."""
 
 ACTION: Final = "compaction.action"
 RULE: Final = "compaction.rule"

@@ -11,11 +11,17 @@ Three ways in, one ledger:
 * `ObligationSampler`, which wraps a sampler and turns a drop of an obligation span into
   record-only, so the processor still sees it while exporters do not.
 
-Nothing here raises into the host: a failure of the telemetry is logged and the call goes on.
+Nothing here raises into the host: every entry point keeps an internal fault (of the ledger,
+a span, a metric) out of it with one guard, `internal_errors`, which logs it once and lets the
+call go on; a call whose recording failed gets a handle that does nothing. A tool the recorder
+runs returns its own value or raises its own exception, once.
+
 Handles are plain objects owned by the caller; the recorder keeps open ones in a dict keyed by
 (conversation, call id) guarded by a lock, so threads and asyncio tasks may resolve calls
-concurrently. A call two instrumentation layers record (a model SDK's wrapper and the framework
-above it: ``layer``) is one obligation.
+concurrently. It holds no more than the ledger does: when a ledger bound drops an open call,
+the recorder lets its handle go and ends its live span as abandoned (reason ``evicted``), so
+calls that never resolve cost at most the ledger's bound. A call two instrumentation layers
+record (a model SDK's wrapper and the framework above it: ``layer``) is one obligation.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ import functools
 import inspect
 import itertools
 import json
-import logging
 import os
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
@@ -44,8 +51,9 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import Attributes
 
 from otel_compaction import semconv
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.context import current_conversation_id
-from otel_compaction.ledger import ObligationKind, ObligationLedger, ResolutionStatus
+from otel_compaction.ledger import Obligation, ObligationKind, ObligationLedger, ResolutionStatus
 from otel_compaction.metrics import CompactionMetrics
 
 __all__ = [
@@ -59,8 +67,6 @@ __all__ = [
     "package_tracer",
 ]
 
-_log = logging.getLogger(__name__)
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -68,6 +74,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _CLAIM_LOCK = threading.Lock()  # held for a flag flip only
 _MAX_CONTENT = 8_192
 _NO_LAYERS: frozenset[str] = frozenset()
+_EARLY_DROPS = 1_024  # dropped records remembered until their handle is indexed (a race)
 
 
 def capture_content_enabled() -> bool:
@@ -115,29 +122,10 @@ def package_tracer(tracer_provider: TracerProvider | None = None) -> trace.Trace
     tracer when the provider fails, so that telemetry never breaks the host."""
     from otel_compaction import __version__
 
-    try:
+    with internal_errors("getting a tracer"):
         provider = tracer_provider or trace.get_tracer_provider()
         return provider.get_tracer(semconv.SCOPE, __version__)
-    except Exception:
-        _log.exception("otel-compaction: getting a tracer failed; spans are off")
-        return trace.NoOpTracer()
-
-
-def _guard(what: str) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
-    """Log and swallow a telemetry failure: instrumentation never breaks the host."""
-
-    def wrap(function: Callable[P, R]) -> Callable[P, R | None]:
-        @functools.wraps(function)
-        def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
-            try:
-                return function(*args, **kwargs)
-            except Exception:
-                _log.exception("otel-compaction: %s failed", what)
-                return None
-
-        return guarded
-
-    return wrap
+    return trace.NoOpTracer()
 
 
 class ObligationHandle:
@@ -167,7 +155,8 @@ class ObligationHandle:
 
     @property
     def resolved(self) -> bool:
-        """True once a terminal resolution was recorded."""
+        """True once the obligation is over: a terminal resolution was recorded, a ledger
+        bound dropped it, or recording it failed (resolving it does nothing then)."""
         return self._done
 
     def _claim(self) -> bool:
@@ -179,9 +168,14 @@ class ObligationHandle:
 
 
 class ToolCallHandle(ObligationHandle):
-    """A tool call in flight. Call exactly one of `result`, `error` or `abandon`."""
+    """A tool call in flight. Call exactly one of `result`, `error` or `abandon`.
 
-    __slots__ = ("_key", "arguments", "layers", "started_ns")
+    None of them raises. The first resolution wins; once the ledger's bound dropped the call
+    (it is then `resolved`, abandoned as ``evicted``), or when recording it failed, they do
+    nothing.
+    """
+
+    __slots__ = ("_key", "_sequence", "arguments", "layers", "started_ns")
 
     arguments: Any
     layers: frozenset[str]
@@ -198,6 +192,7 @@ class ToolCallHandle(ObligationHandle):
         span: Span,
         arguments: Any,
         layer: str | None,
+        sequence: int,
     ) -> None:
         # Every slot set here, in one call: a handle is made per tool call.
         self._recorder = recorder
@@ -210,23 +205,29 @@ class ToolCallHandle(ObligationHandle):
         self.arguments = arguments
         self.layers = _NO_LAYERS if layer is None else frozenset((layer,))
         self._key = (conversation_id or "", call_id)  # in the recorder's index
+        self._sequence = sequence  # of its ledger record; -1 when it has none
         self.started_ns = time.monotonic_ns()
         """When the call was recorded (``time.monotonic_ns()``): another layer joins calls
         recorded since its run began."""
 
     def has_arguments(self, arguments: Any) -> bool:
         """Whether the call was recorded with `arguments` (JSON text and the value it encodes
-        are the same arguments)."""
-        return bool(_comparable(self.arguments) == _comparable(arguments))
+        are the same arguments); False when they cannot be compared."""
+        with internal_errors("comparing tool-call arguments"):
+            return bool(_comparable(self.arguments) == _comparable(arguments))
+        return False
 
+    @internal_errors("recording a tool result")
     def result(self, content: Any = None) -> None:
         """The tool returned `content`."""
         self._recorder._finish_call(self, "result", content=content)
 
+    @internal_errors("recording a tool error")
     def error(self, error: BaseException | str | None = None, content: Any = None) -> None:
         """The tool failed: `error` is the exception or an ``error.type`` string."""
         self._recorder._finish_call(self, "error", content=content, error=error)
 
+    @internal_errors("recording an abandoned tool call")
     def abandon(self, reason: str = "") -> None:
         """The call will never get a result (cancelled, timed out, forced terminal)."""
         self._recorder._finish_call(self, "abandoned", reason=reason)
@@ -234,6 +235,11 @@ class ToolCallHandle(ObligationHandle):
 
 class ToolCallRecorder:
     """Records tool calls, results, transactions and retry chains as spans and obligations.
+
+    It never raises into the host: an internal fault is logged and the call goes on, and a
+    decorated tool returns its own value or raises its own exception. The open calls it holds
+    follow the ledger's bounds (`ObligationLedger`: by default 10,000 open obligations, about
+    4 KB each with the live span): a call the ledger drops ends as abandoned, ``evicted``.
 
     Example:
         >>> from otel_compaction.ledger import ObligationLedger
@@ -268,14 +274,20 @@ class ToolCallRecorder:
         self.ledger = ledger if ledger is not None else ObligationLedger()
         self._tracer = package_tracer(tracer_provider)
         if metrics is not None:
-            metrics.watch(self.ledger)
+            with internal_errors("watching the ledger's metrics"):
+                metrics.watch(self.ledger)
         self._capture = capture_content
         self.agent_name = agent_name
         self._open: dict[tuple[str, str], list[ToolCallHandle]] = {}
         # Open calls recorded by a layer, per call id in every conversation, in open order.
         self._layered: dict[str, list[ToolCallHandle]] = {}
+        # Sequences of tool-call records the ledger dropped while no handle was indexed for
+        # them: a call whose record another thread's opening dropped before `call` indexed it.
+        self._dropped_early: OrderedDict[int, None] = OrderedDict()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        with internal_errors("subscribing to the ledger's bound"):
+            self.ledger.subscribe(on_overflow=_weak_listener(self._dropped))
 
     @property
     def capture_content(self) -> bool:
@@ -308,7 +320,31 @@ class ToolCallRecorder:
         obligation opens; the first layer's conversation, span and ledger record stay, and the
         first resolution from either layer wins. Within one layer, or without a layer, a
         reused id opens a new obligation as before.
+
+        Never raises: when the ledger cannot record the call, the handle returned does nothing.
         """
+        handle = self._call(
+            tool_name, call_id, arguments, tool_type, conversation_id, links, context, layer
+        )
+        if handle is None:  # recording it failed, and that was logged: a handle that is over
+            handle = ToolCallHandle(
+                self, call_id or "", tool_name, conversation_id, trace.INVALID_SPAN, None, None, -1
+            )
+            handle._done = True
+        return handle
+
+    @internal_errors("recording a tool call")
+    def _call(
+        self,
+        tool_name: str,
+        call_id: str | None,
+        arguments: Any,
+        tool_type: str,
+        conversation_id: str | None,
+        links: Sequence[Link],
+        context: Context | None,
+        layer: str | None,
+    ) -> ToolCallHandle:
         if call_id and layer is not None:
             joined = self._join(call_id, layer)
             if joined is not None:
@@ -316,25 +352,59 @@ class ToolCallRecorder:
         conversation = conversation_id or current_conversation_id()
         call_id = call_id or f"call_{next(self._ids)}"
         # The ledger first: whatever happens to telemetry, the obligation is known.
-        self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
-        try:
-            span = self._start_call_span(
-                tool_name, call_id, tool_type, conversation, arguments, links, context
-            )
-        except Exception:
-            _log.exception("otel-compaction: starting a tool-call span failed")
+        record = self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
+        span = self._start_call_span(
+            tool_name, call_id, tool_type, conversation, arguments, links, context
+        )
+        if span is None:  # it failed, and that was logged
             span = trace.INVALID_SPAN
-        handle = ToolCallHandle(self, call_id, tool_name, conversation, span, arguments, layer)
+        sequence = record.sequence
+        handle = ToolCallHandle(
+            self, call_id, tool_name, conversation, span, arguments, layer, sequence
+        )
         key = handle._key
         with self._lock:
-            waiting = self._open.get(key)
-            if waiting is None:
-                self._open[key] = [handle]
+            dropped = bool(self._dropped_early) and sequence in self._dropped_early
+            if dropped:
+                del self._dropped_early[sequence]
+                handle._done = True
             else:
-                waiting.append(handle)
-            if layer is not None:
-                self._layered.setdefault(call_id, []).append(handle)
+                waiting = self._open.get(key)
+                if waiting is None:
+                    self._open[key] = [handle]
+                else:
+                    waiting.append(handle)
+                if layer is not None:
+                    self._layered.setdefault(call_id, []).append(handle)
+        if dropped:
+            self._end_call_span(
+                handle.span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED
+            )
         return handle
+
+    def _dropped(self, record: Obligation) -> None:
+        """The ledger's bound dropped `record`: let its call go and end its span, abandoned as
+        evicted (the ledger's listener; its overflow counter counts the record)."""
+        if record.kind != "tool_call":
+            return  # transactions and retry chains are held by their callers only
+        key = (record.conversation_id, record.id)
+        with self._lock:
+            waiting = self._open.get(key)
+            if not waiting:
+                early = self._dropped_early
+                early[record.sequence] = None
+                if len(early) > _EARLY_DROPS:
+                    early.popitem(last=False)  # a record some other writer of the ledger opened
+                return
+            # Its own handle; else the earliest of the id, as the ledger pairs resolutions.
+            handle = next((h for h in waiting if h._sequence == record.sequence), waiting[0])
+            waiting.remove(handle)
+            if not waiting:
+                del self._open[key]
+            handle._done = True
+            if handle.layers:
+                self._unindex(handle)
+        self._end_call_span(handle.span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED)
 
     def _join(self, call_id: str, layer: str) -> ToolCallHandle | None:
         """The earliest open call of `call_id` that another layer recorded and `layer` has not
@@ -368,6 +438,22 @@ class ToolCallRecorder:
         contradict: it is left for the call that is really it, unless no candidate matches
         `arguments` better, and it is returned then.
         """
+        with internal_errors("joining an open tool call"):
+            return self._join_open(
+                tool_name, layer, arguments, conversation_id, since_ns, recorded_by, instead_of
+            )
+        return None
+
+    def _join_open(
+        self,
+        tool_name: str,
+        layer: str,
+        arguments: Any,
+        conversation_id: str | None,
+        since_ns: int | None,
+        recorded_by: str | None,
+        instead_of: ToolCallHandle | None,
+    ) -> ToolCallHandle | None:
         with self._lock:
             candidates = [
                 handle
@@ -401,11 +487,12 @@ class ToolCallRecorder:
         """`layer` records `handle` too (a call it makes inside another layer's call, such as an
         MCP request inside a framework's tool): False, and nothing changes, once it is resolved
         (or when another recorder holds it)."""
-        with self._lock:
+        with internal_errors("joining a tool call"), self._lock:
             if handle._done or handle._recorder is not self:
                 return False
             handle.layers = handle.layers | {layer}
             return True
+        return False
 
     def _unindex(self, handle: ToolCallHandle) -> None:
         """Take a resolved handle that a layer recorded out of the layered index (lock held)."""
@@ -427,8 +514,20 @@ class ToolCallRecorder:
     ) -> bool:
         """Resolve the earliest open call with this id (for runtimes that only keep ids).
 
-        Returns False when no such call is open.
+        Returns False when no such call is open (or finding it failed: that is logged).
         """
+        with internal_errors("resolving a tool call"):
+            return self._resolve(call_id, content, error, status, conversation_id)
+        return False
+
+    def _resolve(
+        self,
+        call_id: str,
+        content: Any,
+        error: BaseException | str | None,
+        status: ResolutionStatus | None,
+        conversation_id: str | None,
+    ) -> bool:
         conversation = conversation_id or current_conversation_id()
         key = (conversation or "", call_id)
         handle: ToolCallHandle | None = None
@@ -467,7 +566,8 @@ class ToolCallRecorder:
         conversation_id: str | None = None,
     ) -> Iterator[ToolCallHandle]:
         """Run a tool inside ``with``: an exception is its error, a normal exit without an
-        explicit resolution is a result with no content."""
+        explicit resolution is a result with no content. The body's exception passes
+        unchanged; the recording never raises one of its own."""
         handle = self.call(tool_name, call_id, arguments=arguments, conversation_id=conversation_id)
         try:
             yield handle
@@ -478,7 +578,10 @@ class ToolCallRecorder:
 
     def tool(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a tool function (sync or async): each invocation is a recorded call whose
-        return value is the result and whose exception is the error."""
+        return value is the result and whose exception is the error.
+
+        The function runs exactly once per invocation, and the invocation returns its value or
+        raises its exception, unchanged, whatever happens to the recording."""
 
         def decorate(function: Callable[P, R]) -> Callable[P, R]:
             tool_name = name or function.__name__
@@ -520,55 +623,63 @@ class ToolCallRecorder:
         self, name: str, transaction_id: str | None = None, *, conversation_id: str | None = None
     ) -> Iterator[ObligationHandle]:
         """A transaction is an obligation from begin to commit (normal exit) or rollback
-        (an exception, recorded as its error)."""
-        conversation = conversation_id or current_conversation_id()
-        transaction_id = transaction_id or f"txn_{next(self._ids)}"
-        self.ledger.open(conversation, "transaction", transaction_id, name=name)
-        span = self._start_span(
-            f"{semconv.TRANSACTION_SPAN} {name}",
-            {
-                semconv.OBLIGATION_KIND: "transaction",
-                semconv.OBLIGATION_ID: transaction_id,
-                **_conversation_attrs(conversation),
-            },
+        (an exception, recorded as its error). The body's exception passes unchanged; the
+        recording never raises one of its own."""
+        handle = ObligationHandle(
+            self,
+            "transaction",
+            transaction_id or f"txn_{next(self._ids)}",
+            name,
+            conversation_id or current_conversation_id(),
+            trace.INVALID_SPAN,
         )
-        handle = ObligationHandle(self, "transaction", transaction_id, name, conversation, span)
+        self._begin(handle, semconv.TRANSACTION_SPAN)
         try:
             yield handle
         except BaseException as exc:
-            if handle._claim():
-                self._finish_obligation(handle, "error", error=exc)
+            self._finish_obligation(handle, "error", error=exc)
             raise
-        if handle._claim():
-            self._finish_obligation(handle, "result")
+        self._finish_obligation(handle, "result")
 
     def retry_chain(
         self, name: str, chain_id: str | None = None, *, conversation_id: str | None = None
     ) -> RetryChain:
         """Open a retry chain: an obligation that stays open while attempts fail and closes
-        on the first success (or when abandoned)."""
-        conversation = conversation_id or current_conversation_id()
-        chain_id = chain_id or f"retry_{next(self._ids)}"
-        self.ledger.open(conversation, "retry", chain_id, name=name)
-        span = self._start_span(
-            f"{semconv.RETRY_SPAN} {name}",
-            {
-                semconv.OBLIGATION_KIND: "retry",
-                semconv.OBLIGATION_ID: chain_id,
-                **_conversation_attrs(conversation),
-            },
+        on the first success (or when abandoned). Never raises."""
+        chain = RetryChain(
+            self,
+            chain_id or f"retry_{next(self._ids)}",
+            name,
+            conversation_id or current_conversation_id(),
+            trace.INVALID_SPAN,
         )
-        return RetryChain(self, chain_id, name, conversation, span)
+        self._begin(chain, semconv.RETRY_SPAN)
+        return chain
 
     # -- internals ---------------------------------------------------------------------------
 
-    @_guard("starting a span")
-    def _start_span_guarded(self, name: str, attributes: Attributes) -> Span:
-        return self._tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
+    def _begin(self, handle: ObligationHandle, span_name: str) -> None:
+        """Open `handle`'s obligation and start its span; when the ledger cannot record it
+        the handle is done already, so that resolving it does nothing."""
+        with internal_errors("opening an obligation"):
+            self.ledger.open(handle.conversation_id, handle.kind, handle.id, name=handle.name)
+            handle.span = self._start_span(
+                f"{span_name} {handle.name}",
+                {
+                    semconv.OBLIGATION_KIND: handle.kind,
+                    semconv.OBLIGATION_ID: handle.id,
+                    **_conversation_attrs(handle.conversation_id),
+                },
+            )
+            return
+        handle._done = True
 
     def _start_span(self, name: str, attributes: Attributes) -> Span:
-        return self._start_span_guarded(name, attributes) or trace.INVALID_SPAN
+        with internal_errors("starting a span"):
+            return self._tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
+        return trace.INVALID_SPAN
 
+    @internal_errors("starting a tool-call span")
     def _start_call_span(
         self,
         tool_name: str,
@@ -630,18 +741,15 @@ class ToolCallRecorder:
                     self._unindex(handle)
         error_type = _error_type(error) if status == "error" else None
         # The ledger first (its listeners record the call's age, which is its duration), then
-        # the spans, each on its own: a failing result span must not leave the call span open.
-        self.ledger.resolve(handle.conversation_id, handle.id, status, error_type=error_type)
+        # the spans, each on its own: a failing ledger or result span must not leave the call
+        # span open.
+        with internal_errors("resolving a tool call in the ledger"):
+            self.ledger.resolve(handle.conversation_id, handle.id, status, error_type=error_type)
         # An exception's message is content: without capture the spans say only its type.
         shown = error if self.capture_content else None
-        try:
+        with internal_errors("recording a tool result span"):
             self._result_span(handle, status, content, shown, error_type, reason)
-        except Exception:
-            _log.exception("otel-compaction: recording a tool result failed")
-        try:
-            self._end_call_span(handle.span, status, shown, error_type, reason)
-        except Exception:
-            _log.exception("otel-compaction: ending a tool-call span failed")
+        self._end_call_span(handle.span, status, shown, error_type, reason)
 
     def _result_span(
         self,
@@ -679,6 +787,7 @@ class ToolCallRecorder:
         result_span.end()
 
     @staticmethod
+    @internal_errors("ending a tool-call span")
     def _end_call_span(
         call_span: Span,
         status: ResolutionStatus,
@@ -703,13 +812,18 @@ class ToolCallRecorder:
         reason: str = "",
         attributes: Mapping[str, int] | None = None,
     ) -> None:
+        """Record the terminal resolution of `handle`, unless it already has one (the first
+        wins); the ledger and the span each on its own."""
+        if not handle._claim():
+            return
         error_type = _error_type(error) if status == "error" else None
-        self.ledger.resolve(
-            handle.conversation_id, handle.id, status, kind=handle.kind, error_type=error_type
-        )
-        self._end_obligation_span(handle.span, status, error, reason, attributes or {})
+        with internal_errors("resolving an obligation in the ledger"):
+            self.ledger.resolve(
+                handle.conversation_id, handle.id, status, kind=handle.kind, error_type=error_type
+            )
+        with internal_errors("ending an obligation span"):
+            self._end_obligation_span(handle.span, status, error, reason, attributes or {})
 
-    @_guard("ending an obligation span")
     def _end_obligation_span(
         self,
         span: Span,
@@ -749,26 +863,36 @@ class RetryChain(ObligationHandle):
     def attempt_failed(self, error: BaseException | str | None = None) -> None:
         """One more failed attempt; the chain stays open (its retry counter is above zero)."""
         self.attempts += 1
-        self._event(error)
-
-    @_guard("recording a retry attempt")
-    def _event(self, error: BaseException | str | None) -> None:
-        self.span.add_event(
-            semconv.EVENT_RETRY_ATTEMPT,
-            {semconv.RETRY_ATTEMPT: self.attempts, semconv.ERROR_TYPE: _error_type(error)},
-        )
+        with internal_errors("recording a retry attempt"):
+            self.span.add_event(
+                semconv.EVENT_RETRY_ATTEMPT,
+                {semconv.RETRY_ATTEMPT: self.attempts, semconv.ERROR_TYPE: _error_type(error)},
+            )
 
     def succeeded(self) -> None:
         """The chain closed: the last attempt succeeded."""
-        if self._claim():
+        with internal_errors("recording a retry chain's success"):
             self._recorder._finish_obligation(
                 self, "result", attributes={semconv.RETRY_ATTEMPT: self.attempts + 1}
             )
 
     def abandon(self, reason: str = "") -> None:
         """Give up on the chain; recorded as abandoned, not as a crash."""
-        if self._claim():
+        with internal_errors("recording an abandoned retry chain"):
             self._recorder._finish_obligation(self, "abandoned", reason=reason)
+
+
+def _weak_listener(method: Callable[[Obligation], None]) -> Callable[[Obligation], None]:
+    """A ledger listener calling the bound `method` while its object lives: a recorder made
+    for a while on a long-lived ledger is not kept alive by it."""
+    reference = weakref.WeakMethod(method)
+
+    def listener(record: Obligation) -> None:
+        alive = reference()
+        if alive is not None:
+            alive(record)
+
+    return listener
 
 
 def _conversation_attrs(conversation: str | None) -> dict[str, str]:
@@ -804,11 +928,10 @@ def _signature(function: Callable[..., Any]) -> inspect.Signature | None:
 def _bound(
     signature: inspect.Signature | None, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Any:
-    try:
-        if signature is not None:
+    if signature is not None:
+        # Arguments the signature does not take are the tool's error to raise, not a fault.
+        with internal_errors("binding a tool's arguments"), contextlib.suppress(TypeError):
             return dict(signature.bind_partial(*args, **kwargs).arguments)
-    except TypeError:
-        pass
     return {"args": list(args), **kwargs}
 
 
@@ -817,22 +940,19 @@ class LedgerSpanProcessor(SpanProcessor):
 
     Spans of this package's own recorder are skipped (the recorder writes the ledger itself).
     A span without ``gen_ai.tool.call.id`` at start is tracked by its span id and re-keyed
-    when the id appears at the end. Open entries are held in a dict keyed by span id;
-    `shutdown` abandons whatever is still open.
+    when the id appears at the end. Open entries are held in a dict keyed by span id, no more
+    of them than the ledger keeps open obligations (`ObligationLedger.max_open`: a span that
+    never ends is forgotten once that many started after it); `shutdown` abandons whatever is
+    still open. No callback raises: an internal fault is logged.
     """
 
     def __init__(self, ledger: ObligationLedger) -> None:
         self.ledger = ledger
-        self._open: dict[int, tuple[str | None, str]] = {}
+        self._open: OrderedDict[int, tuple[str | None, str]] = OrderedDict()
         self._lock = threading.Lock()
 
+    @internal_errors("feeding the ledger from a started span")
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
-        try:
-            self._started(span)
-        except Exception:
-            _log.exception("otel-compaction: span processor failed on start")
-
-    def _started(self, span: ReadableSpan) -> None:
         scope = span.instrumentation_scope
         if scope is not None and scope.name == semconv.SCOPE:
             return
@@ -850,14 +970,11 @@ class LedgerSpanProcessor(SpanProcessor):
         self.ledger.open(conversation_id, "tool_call", key, name=str(name))
         with self._lock:
             self._open[context.span_id] = (conversation_id, key)
+            if len(self._open) > self.ledger.max_open:
+                self._open.popitem(last=False)  # the ledger dropped its record: oldest first
 
+    @internal_errors("feeding the ledger from an ended span")
     def on_end(self, span: ReadableSpan) -> None:
-        try:
-            self._ended(span)
-        except Exception:
-            _log.exception("otel-compaction: span processor failed on end")
-
-    def _ended(self, span: ReadableSpan) -> None:
         context = span.get_span_context()
         if context is None:
             return
@@ -886,7 +1003,8 @@ class LedgerSpanProcessor(SpanProcessor):
             leftover = list(self._open.values())
             self._open.clear()
         for conversation_id, key in leftover:
-            self.ledger.resolve(conversation_id, key, "abandoned")
+            with internal_errors("abandoning an open span's obligation at shutdown"):
+                self.ledger.resolve(conversation_id, key, "abandoned")
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from workers import run_in_threads
@@ -169,6 +170,77 @@ def test_record_bound_with_reused_ids_keeps_fifo_consistent() -> None:
     assert first.sequence not in [o.sequence for o in ledger.snapshot("conv").obligations]
 
 
+def test_record_bound_drops_the_first_resolved_record_past_open_ones() -> None:
+    ledger = ObligationLedger(max_records_per_conversation=4)
+    for call_id in ("open_1", "open_2", "late", "early"):
+        ledger.open("conv", "tool_call", call_id)
+    ledger.resolve("conv", "early")
+    ledger.resolve("conv", "late")
+
+    ledger.open("conv", "tool_call", "next")  # "early" was resolved first: it goes
+
+    assert [(o.id, o.status) for o in ledger.snapshot("conv").obligations] == [
+        ("open_1", None),
+        ("open_2", None),
+        ("late", "result"),
+        ("next", None),
+    ]
+
+
+def test_open_bound_drops_the_oldest_open_obligation_across_conversations() -> None:
+    dropped: list[Obligation] = []
+    ledger = ObligationLedger(max_open=3, on_overflow=dropped.append)
+    ledger.open("a", "tool_call", "a1")
+    ledger.open("b", "transaction", "b1")
+    ledger.open("a", "tool_call", "a2")
+    ledger.resolve("a", "a2")  # resolved: no longer counts against the bound
+    ledger.open("c", "tool_call", "c1")
+    assert dropped == []
+
+    ledger.open("c", "tool_call", "c2")  # a fourth open one: "a1", opened first, goes
+
+    assert [(o.conversation_id, o.id) for o in dropped] == [("a", "a1")]
+    assert [(o.conversation_id, o.id) for o in ledger.open_obligations()] == [
+        ("b", "b1"),
+        ("c", "c1"),
+        ("c", "c2"),
+    ]
+    assert [(o.id, o.status) for o in ledger.snapshot("a").obligations] == [("a2", "result")]
+    assert ledger.resolve("a", "a1") is None
+    assert ledger.open_counts() == {"tool_call": 2, "transaction": 1}
+    oldest = ledger.oldest_open()
+    assert oldest is not None and oldest.id == "b1"
+
+    ledger.open("d", "tool_call", "d1")  # "b1" goes next, whatever its kind
+
+    assert [(o.conversation_id, o.id, o.kind) for o in dropped[1:]] == [("b", "b1", "transaction")]
+    assert ledger.open_counts() == {"tool_call": 3, "transaction": 0}
+
+
+def test_default_bounds_protect_a_process_and_are_validated() -> None:
+    ledger = ObligationLedger()
+    assert (ledger.max_conversations, ledger.max_records_per_conversation, ledger.max_open) == (
+        1_000,
+        1_000,
+        10_000,
+    )
+    refused: list[str] = []
+    makes: list[Callable[[], object]] = [
+        lambda: ObligationLedger(max_conversations=0),
+        lambda: ObligationLedger(max_records_per_conversation=-1),
+        lambda: ObligationLedger(max_open=0),
+    ]
+    for make in makes:
+        with pytest.raises(ValueError) as raised:
+            make()
+        refused.append(str(raised.value))
+    assert refused == [
+        "max_conversations must be at least 1, got 0",
+        "max_records_per_conversation must be at least 1, got -1",
+        "max_open must be at least 1, got 0",
+    ]
+
+
 def test_conversation_bound_evicts_least_recently_touched() -> None:
     dropped: list[Obligation] = []
     ledger = ObligationLedger(max_conversations=2, on_overflow=dropped.append)
@@ -303,7 +375,7 @@ def test_threads_open_and_resolve_leave_nothing_open(shared: bool) -> None:
         with lock:
             changes["open" if old is None else "resolve"] += 1
 
-    ledger = ObligationLedger(on_change=on_change)
+    ledger = ObligationLedger(max_records_per_conversation=THREADS * ROUNDS, on_change=on_change)
     run_in_threads(lambda worker: _hammer(ledger, worker, shared), THREADS)
 
     assert ledger.open_obligations("conv") == ()

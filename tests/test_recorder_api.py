@@ -283,10 +283,20 @@ def test_ledger_overflow_is_counted_and_leaves_the_open_metric_exact() -> None:
         key({sc.OBLIGATION_KIND: "tool_call"}): 0,
         key({sc.OBLIGATION_KIND: "transaction"}): 0,
     }
-    # Resolving a dropped call still records its spans and never raises.
+    # The five dropped calls ended as abandoned, evicted; the others have their results.
+    assert [h.resolved for h in handles] == [True] * 5
+    evicted = [
+        (s.name, (s.attributes or {})["gen_ai.tool.call.id"], [e.name for e in s.events])
+        for s in pipeline.spans("execute_tool search")
+        if (s.attributes or {}).get("compaction.obligation.status") == "abandoned"
+    ]
+    assert evicted == [
+        ("execute_tool search", f"a_{i}", ["compaction.obligation.abandoned"]) for i in range(5)
+    ]
+    # A late result of a dropped call is ignored (its call ended) and never raises.
     for handle in handles:
         handle.result("late")
-    assert len(pipeline.spans("tool_result search")) == 8
+    assert len(pipeline.spans("tool_result search")) == 3
     assert ledger.open_obligations() == ()
     pipeline.shutdown()
 
