@@ -15,7 +15,7 @@ was, and the archive only ever holds whole, content-addressed spans.
 every obligation the refusal names (a call abandoned, a retry given up, a commitment withdrawn,
 a transaction rolled back, a stray result absorbed) through the ledger, so a retry proceeds.
 
-An applied compaction is noted for its conversation (`otel_compaction.compactions`): the
+An applied compaction is noted for its conversation (`otel_compaction.telemetry.compactions`): the
 conversation's next auto-instrumented model request gets ``gen_ai.conversation.compacted``.
 """
 
@@ -31,7 +31,6 @@ from typing import Any, cast
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from otel_compaction import compactions, semconv
 from otel_compaction.analysis import Analysis
 from otel_compaction.archive import Archive
 from otel_compaction.context import current_conversation_id
@@ -48,7 +47,9 @@ from otel_compaction.summarizers import (
     retry_request,
     verify,
 )
-from otel_compaction.telemetry import Telemetry
+from otel_compaction.telemetry import compactions, semconv
+from otel_compaction.telemetry.configuration import Telemetry
+from otel_compaction.telemetry.scope import capture_content_enabled
 from otel_compaction.tokens import (
     MessageTokens,
     TokenCounter,
@@ -57,7 +58,6 @@ from otel_compaction.tokens import (
     default_token_counter,
     message_text,
 )
-from otel_compaction.tracing import capture_content_enabled
 from otel_compaction.transcript import OPENAI_RESPONSES, Transcript
 
 __all__ = [
