@@ -3,7 +3,8 @@
 * `configuration`: `configure()` and `Telemetry`: providers from the standard ``OTEL_*``
   environment, the ledger, the recorder, the Prometheus endpoint, bounded shutdown.
 * `decisions`: the gate's decisions as span events and metrics; the severed-obligations counter.
-* `compactions`: compactions noted per conversation, for ``gen_ai.conversation.compacted`` on
+* `compactions`: the ``compaction.apply`` span of each compaction, and compactions noted per
+  conversation for ``gen_ai.conversation.compacted`` on
   the next inference span.
 * `processor`: `LedgerSpanProcessor`, the ledger fed from other instrumentations'
   ``execute_tool`` spans.
