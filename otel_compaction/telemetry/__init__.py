@@ -4,8 +4,7 @@
   environment, the ledger, the recorder, the Prometheus endpoint, bounded shutdown.
 * `decisions`: the gate's decisions as span events and metrics; the severed-obligations counter.
 * `compactions`: the ``compaction.apply`` span of each compaction, and compactions noted per
-  conversation for ``gen_ai.conversation.compacted`` on
-  the next inference span.
+  conversation for ``gen_ai.conversation.compacted`` on the next inference span.
 * `processor`: `LedgerSpanProcessor`, the ledger fed from other instrumentations'
   ``execute_tool`` spans.
 * `sampler`: `ObligationSampler`, which keeps obligation spans recorded when a sampler drops them.
