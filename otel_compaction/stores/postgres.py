@@ -48,7 +48,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -298,8 +298,8 @@ class PostgresLedger(ObligationLedger):
         max_conversations: int = 1_000,
         max_records_per_conversation: int = 1_000,
         max_open: int = 10_000,
-        on_overflow: Any = None,
-        on_change: Any = None,
+        on_overflow: Callable[[Obligation], None] | None = None,
+        on_change: Callable[[Obligation, Obligation | None], None] | None = None,
     ) -> None:
         """Connect, create the tables if needed, register this worker and start its
         heartbeat.
