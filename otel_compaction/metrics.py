@@ -132,11 +132,28 @@ class _Observed:
             unit="s",
             description="Age of the oldest obligation still open.",
         )
+        meter.create_observable_gauge(
+            semconv.METRIC_ORPHANED_OBLIGATIONS,
+            callbacks=[self._orphaned],
+            unit="{obligation}",
+            description="Open obligations of a shared ledger whose owner stopped heartbeating "
+            "(the fleet's count, the same in every worker).",
+        )
 
     def _open_counts(self, _options: CallbackOptions) -> Iterable[Observation]:
         totals: dict[str, int] = {}
         for ledger in tuple(self.ledgers):
             for kind, count in ledger.open_counts().items():
+                totals[kind] = totals.get(kind, 0) + count
+        return [
+            Observation(count, {semconv.OBLIGATION_KIND: kind})
+            for kind, count in sorted(totals.items())
+        ]
+
+    def _orphaned(self, _options: CallbackOptions) -> Iterable[Observation]:
+        totals: dict[str, int] = {}
+        for ledger in tuple(self.ledgers):
+            for kind, count in ledger.orphaned_counts().items():
                 totals[kind] = totals.get(kind, 0) + count
         return [
             Observation(count, {semconv.OBLIGATION_KIND: kind})

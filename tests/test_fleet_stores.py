@@ -13,6 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 from e2e_servers import free_port
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from postgres_server import postgres_fixture, postgres_url_fixture  # noqa: F401
 from workers import run_in_threads
 
@@ -21,6 +23,7 @@ from otel_compaction.compactor import GuardedCompactor
 from otel_compaction.errors import ArchiveError, OpenObligationError
 from otel_compaction.gate import CompactionGate
 from otel_compaction.ledger import Obligation, ObligationLedger, default_ledger
+from otel_compaction.metrics import CompactionMetrics
 from otel_compaction.stores import StoreError, redact, worker_identity
 from otel_compaction.stores.postgres import PostgresArchive, PostgresLedger
 
@@ -451,3 +454,54 @@ def test_archive_errors_name_the_store_and_the_handle(postgres_url: str) -> None
         pytest.raises(ArchiveError, match="opened read-only"),
     ):
         readonly.put([{"role": "user", "content": "y"}])
+
+
+# -- telemetry across workers --------------------------------------------------------------
+
+
+def _gauges(reader: InMemoryMetricReader) -> dict[str, dict[str, float]]:
+    """Each gauge-like metric's value by obligation kind."""
+    data = reader.get_metrics_data()
+    assert data is not None
+    out: dict[str, dict[str, float]] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                points = out.setdefault(metric.name, {})
+                for point in metric.data.data_points:
+                    kind = str(dict(point.attributes or {}).get("compaction.obligation.kind"))
+                    points[kind] = float(getattr(point, "value", 0))
+    return out
+
+
+def test_open_obligations_sum_over_workers_and_orphans_are_the_fleets_in_each(
+    ledgers: list[PostgresLedger], postgres_url: str
+) -> None:
+    a, b = ledgers
+    c = PostgresLedger(postgres_url, owner="worker-c", **FAST)
+    readers = []
+    for ledger in (a, b, c):
+        reader = InMemoryMetricReader()
+        CompactionMetrics(MeterProvider(metric_readers=[reader])).watch(ledger)
+        readers.append(reader)
+    a.open("conv-1", "tool_call", "a1")
+    a.open("conv-2", "tool_call", "a2")
+    b.open("conv-1", "tool_call", "b1")
+    c.open("conv-3", "tool_call", "c1")
+    c.open("conv-3", "tool_call", "c2")
+    opened = [_gauges(r)["compaction.obligations.open"].get("tool_call", 0) for r in readers]
+    assert opened == [2, 1, 2]
+    assert sum(opened) == len(a.open_obligations())  # the fleet's, counted once
+    c.close()  # c goes away: its own series would go stale; the living count its orphans
+    live = [_gauges(r) for r in readers[:2]]
+    assert [g["compaction.obligations.orphaned"] for g in live] == [{"tool_call": 2.0}] * 2
+    assert [g["compaction.obligations.open"]["tool_call"] for g in live] == [2, 1]
+    b.resolve("conv-3", "c1", "abandoned")
+    b.resolve("conv-3", "c2", "abandoned")
+    assert _gauges(readers[0]).get("compaction.obligations.orphaned", {}) == {}
+
+
+def test_an_in_memory_ledger_reports_no_orphan_series() -> None:
+    reader = InMemoryMetricReader()
+    CompactionMetrics(MeterProvider(metric_readers=[reader])).watch(ObligationLedger())
+    assert "compaction.obligations.orphaned" not in _gauges(reader)
