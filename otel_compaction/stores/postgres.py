@@ -42,6 +42,7 @@ that made it: after a fork, make a new one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -54,6 +55,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 import psycopg
+from psycopg import sql
 
 from otel_compaction.archive import (
     _HANDLE_HEX_DIGITS,
@@ -166,6 +168,22 @@ _META_COLUMNS: Final = (
     "handle, sha256, conversation_id, span_start, span_end, message_count, size, "
     "created_at, policy, summary"
 )
+
+# A conversation's open records and its newest resolved ones, with, for each open record of
+# another owner, the seconds since that owner's heartbeat (infinity: shut down or unknown).
+_SNAPSHOT: Final = f"""
+SELECT {_RECORD_COLUMNS}, owner,
+    CASE WHEN status IS NULL AND owner <> %(me)s THEN coalesce((
+        SELECT extract(epoch FROM now() - w.heartbeat_at)::float8 FROM {_WORKERS} w
+        WHERE w.owner = o.owner), 'Infinity') END
+FROM (
+    SELECT * FROM {_OBLIGATIONS} WHERE conversation_id = %(c)s AND status IS NULL
+    UNION ALL (
+        SELECT * FROM {_OBLIGATIONS} WHERE conversation_id = %(c)s AND status IS NOT NULL
+        ORDER BY sequence DESC LIMIT %(n)s
+    )
+) o ORDER BY sequence
+"""
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -527,20 +545,17 @@ class PostgresLedger(ObligationLedger):
         resolved ones up to `max_records_per_conversation`), with the orphaned ones."""
         conversation_id = conversation_id or DEFAULT_CONVERSATION
         with self._pool.connection("reading a conversation") as conn:
-            rows = conn.execute(
-                f"SELECT {', '.join('o.' + c for c in _RECORD_COLUMNS.split(', '))}, o.owner, "
-                "CASE WHEN o.status IS NULL AND o.owner <> %(me)s THEN "
-                "coalesce(extract(epoch FROM now() - w.heartbeat_at)::float8, 'Infinity') END "
-                f"FROM {_OBLIGATIONS} o LEFT JOIN {_WORKERS} w ON w.owner = o.owner "
-                "WHERE o.conversation_id = %(c)s AND (o.status IS NULL OR o.sequence >= "
-                f"coalesce((SELECT sequence FROM {_OBLIGATIONS} WHERE conversation_id = %(c)s "
-                "ORDER BY sequence DESC OFFSET %(n)s LIMIT 1), 0)) ORDER BY o.sequence",
-                {"me": self._owner, "c": conversation_id, "n": self._max_records - 1},
-            ).fetchall()
+            rows = (
+                conn.cursor(binary=True)
+                .execute(
+                    _SNAPSHOT, {"me": self._owner, "c": conversation_id, "n": self._max_records}
+                )
+                .fetchall()
+            )
         records: list[Obligation] = []
         orphans: list[Orphan] = []
         for row in rows:
-            record = _record(row[:9])
+            record = Obligation(*row[:9])
             records.append(record)
             silent = row[10]
             if silent is not None and silent > self.heartbeat_timeout:
@@ -627,15 +642,24 @@ class PostgresLedger(ObligationLedger):
         if conversation_id in held:
             yield held[conversation_id]
             return
-        with self._pool.connection("locking a conversation") as conn, conn.transaction():
+        with self._pool.connection("locking a conversation") as conn:
+            # BEGIN and the lock in one round trip (the simple query protocol).
             conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                (_LOCK_NAMESPACE, conversation_id),
+                sql.SQL("BEGIN; SELECT pg_advisory_xact_lock({}, hashtext({}))").format(
+                    sql.Literal(_LOCK_NAMESPACE), sql.Literal(conversation_id)
+                )
             )
             turn = _PostgresTurn(conn, conversation_id, self._owner)
             held[conversation_id] = turn
             try:
                 yield turn
+            except BaseException:
+                if not conn.closed:
+                    with contextlib.suppress(psycopg.Error):  # the error in hand tells more
+                        conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
             finally:
                 del held[conversation_id]
 
