@@ -120,6 +120,7 @@ _META_COLUMNS: Final = (
     "handle, sha256, conversation_id, span_start, span_end, message_count, size, "
     "created_at, policy, summary"
 )
+_SPAN_COLUMNS: Final = _META_COLUMNS + ", data"
 _FILE_MODE: Final = 0o600
 _COLUMN_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "handle": (str,),
@@ -692,6 +693,28 @@ class Archive:
         Raises `ArchiveError` for an empty span, data JSON cannot carry exactly, or bytes
         that are not a JSON list of message objects.
         """
+        row = self._span_row(messages, start, conversation_id, policy, summary, from_json)
+        handle, digest = row[0], row[1]
+        stored = self._store(row)
+        if stored is None or stored[1] != digest:
+            raise ArchiveError(
+                f"handle {handle} in archive {self.location} already holds a different "
+                "span (SHA-256 prefix collision); refusing to overwrite it",
+                path=self.location,
+                handle=handle,
+            )
+        return self._record(stored)
+
+    def _span_row(
+        self,
+        messages: Sequence[Mapping[str, Any]] | bytes | bytearray | memoryview,
+        start: int,
+        conversation_id: str | None,
+        policy: str | None,
+        summary: str | None,
+        from_json: bool,
+    ) -> tuple[Any, ...]:
+        """The row `put` stores (the columns of `_SPAN_COLUMNS`), the input checked."""
         if isinstance(messages, (bytes, bytearray, memoryview)):
             data = bytes(messages)
             count = len(_decode(data))
@@ -705,43 +728,39 @@ class Archive:
         self._writable()
         digest = hashlib.sha256(data).hexdigest()
         handle = HANDLE_PREFIX + digest[:_HANDLE_HEX_DIGITS]
+        return (
+            handle,
+            digest,
+            conversation_id,
+            start,
+            start + count,
+            count,
+            len(data),
+            time.time(),
+            policy,
+            summary,
+            data,
+        )
+
+    def _store(self, row: tuple[Any, ...]) -> Sequence[Any] | None:
+        """Insert `row` unless its handle is there; the metadata row now under its handle."""
         with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(
-                    f"INSERT INTO {_TABLE} (handle, sha256, conversation_id, span_start, "
-                    "span_end, message_count, size, created_at, policy, summary, data) "
+                    f"INSERT INTO {_TABLE} ({_SPAN_COLUMNS}) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (handle) DO NOTHING",
-                    (
-                        handle,
-                        digest,
-                        conversation_id,
-                        start,
-                        start + count,
-                        count,
-                        len(data),
-                        time.time(),
-                        policy,
-                        summary,
-                        data,
-                    ),
+                    row,
                 )
-                row = conn.execute(
-                    f"SELECT {_META_COLUMNS} FROM {_TABLE} WHERE handle = ?", (handle,)
+                stored: Sequence[Any] | None = conn.execute(
+                    f"SELECT {_META_COLUMNS} FROM {_TABLE} WHERE handle = ?", (row[0],)
                 ).fetchone()
-                if row is None or row[1] != digest:
-                    raise ArchiveError(
-                        f"handle {handle} in archive {self.location} already holds a different "
-                        "span (SHA-256 prefix collision); refusing to overwrite it",
-                        path=self.location,
-                        handle=handle,
-                    )
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        return self._record(row)
+        return stored
 
     def put_span(
         self,
@@ -781,25 +800,21 @@ class Archive:
 
     def get(self, handle: str) -> ArchivedSpan:
         """The record of an archived span (metadata only); `ArchiveError` if unknown."""
-        row = self._read(
-            lambda conn: conn.execute(
-                f"SELECT {_META_COLUMNS} FROM {_TABLE} WHERE handle = ?", (handle,)
-            ).fetchone()
+        rows = self._rows(
+            "reading a span's record",
+            f"SELECT {_META_COLUMNS} FROM {self._table} WHERE handle = {self._mark}",
+            (handle,),
         )
-        if row is None:
+        if not rows:
             raise self._unknown(handle)
-        return self._record(row)
+        return self._record(rows[0])
 
     def recall_bytes(self, handle: str) -> bytes:
         """The stored bytes of a span, byte for byte, after checking their SHA-256."""
-        row = self._read(
-            lambda conn: conn.execute(
-                f"SELECT sha256, data FROM {_TABLE} WHERE handle = ?", (handle,)
-            ).fetchone()
-        )
+        row = self._stored(handle)
         if row is None:
             raise self._unknown(handle)
-        digest, data = row[0], bytes(row[1])
+        digest, data = row
         if hashlib.sha256(data).hexdigest() != digest or not digest.startswith(
             handle[len(HANDLE_PREFIX) :]
         ):
@@ -810,6 +825,15 @@ class Archive:
                 handle=handle,
             )
         return data
+
+    def _stored(self, handle: str) -> tuple[str, bytes] | None:
+        """The SHA-256 recorded for `handle` and its stored bytes, unchecked; None if unknown."""
+        rows = self._rows(
+            "recalling a span",
+            f"SELECT sha256, data FROM {self._table} WHERE handle = {self._mark}",
+            (handle,),
+        )
+        return (rows[0][0], bytes(rows[0][1])) if rows else None
 
     def recall(self, handle: str) -> list[dict[str, Any]]:
         """The messages of an archived span, equal to the messages that were stored."""
@@ -825,28 +849,33 @@ class Archive:
 
     def spans(self, conversation_id: str | None = None) -> list[ArchivedSpan]:
         """Records of every archived span (of one conversation when given), oldest first."""
-        query = f"SELECT {_META_COLUMNS} FROM {_TABLE}"
+        query = f"SELECT {_META_COLUMNS} FROM {self._table}"
         params: tuple[str, ...] = ()
         if conversation_id is not None:
-            query += " WHERE conversation_id = ?"
+            query += f" WHERE conversation_id = {self._mark}"
             params = (conversation_id,)
-        rows = self._read(lambda conn: conn.execute(query + " ORDER BY rowid", params).fetchall())
+        rows = self._rows("listing spans", f"{query} ORDER BY {self._order}", params)
         return [self._record(row) for row in rows]
 
     def __contains__(self, handle: object) -> bool:
         if not isinstance(handle, str):
             return False
-        row = self._read(
-            lambda conn: conn.execute(
-                f"SELECT 1 FROM {_TABLE} WHERE handle = ?", (handle,)
-            ).fetchone()
-        )
-        return row is not None
+        query = f"SELECT 1 FROM {self._table} WHERE handle = {self._mark}"
+        return bool(self._rows("looking a handle up", query, (handle,)))
 
     def __len__(self) -> int:
-        return int(
-            self._read(lambda conn: conn.execute(f"SELECT count(*) FROM {_TABLE}").fetchone()[0])
-        )
+        return int(self._rows("counting spans", f"SELECT count(*) FROM {self._table}", ())[0][0])
+
+    # What the reading methods' SQL names: the table, the parameter mark, the storing order.
+    _table = _TABLE
+    _mark = "?"
+    _order = "rowid"
+
+    def _rows(self, doing: str, query: str, params: tuple[Any, ...]) -> list[Sequence[Any]]:
+        """The rows of a read-only `query` (`doing` names it in errors of other stores)."""
+        del doing  # SQLite's errors name the file
+        rows: list[Sequence[Any]] = self._read(lambda conn: conn.execute(query, params).fetchall())
+        return rows
 
     # -- lifetime --------------------------------------------------------------------------
 

@@ -15,14 +15,14 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from otel_compaction import semconv
 from otel_compaction._internal_errors import internal_errors
-from otel_compaction.ledger import Obligation, ObligationLedger
+from otel_compaction.ledger import Obligation, ObligationKind, ObligationLedger
 
 __all__ = ["CompactionMetrics"]
 
@@ -141,19 +141,18 @@ class _Observed:
         )
 
     def _open_counts(self, _options: CallbackOptions) -> Iterable[Observation]:
-        totals: dict[str, int] = {}
-        for ledger in tuple(self.ledgers):
-            for kind, count in ledger.open_counts().items():
-                totals[kind] = totals.get(kind, 0) + count
-        return [
-            Observation(count, {semconv.OBLIGATION_KIND: kind})
-            for kind, count in sorted(totals.items())
-        ]
+        return self._by_kind(lambda ledger: ledger.open_counts())
 
     def _orphaned(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return self._by_kind(lambda ledger: ledger.orphaned_counts())
+
+    def _by_kind(
+        self, counts: Callable[[ObligationLedger], Mapping[ObligationKind, int]]
+    ) -> list[Observation]:
+        """One observation per kind: what `counts` says of each ledger, summed."""
         totals: dict[str, int] = {}
         for ledger in tuple(self.ledgers):
-            for kind, count in ledger.orphaned_counts().items():
+            for kind, count in counts(ledger).items():
                 totals[kind] = totals.get(kind, 0) + count
         return [
             Observation(count, {semconv.OBLIGATION_KIND: kind})

@@ -32,17 +32,16 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import NoReturn
 
 import pytest
+from e2e_servers import LOOPBACK, free_port, unavailable
+from loopback import LoopbackService
 
 __all__ = [
     "PG_BIN_ENV",
@@ -56,7 +55,6 @@ __all__ = [
 PG_BIN_ENV = "OTEL_COMPACTION_PG_BIN"
 """A directory holding ``initdb`` and ``postgres``, used instead of Debian's."""
 
-LOOPBACK = "127.0.0.1"
 SUPERUSER = "postgres"
 DEBIAN_ROOT = Path("/usr/lib/postgresql")
 SERVICE_USERS = ("postgres", "nobody")
@@ -100,12 +98,6 @@ def find_postgres_bin() -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
-
-
 def _service_user() -> pwd.struct_passwd | None:
     """The unprivileged account the server runs as under root; None when not root."""
     if os.geteuid() != 0:
@@ -121,7 +113,7 @@ def _service_user() -> pwd.struct_passwd | None:
     )
 
 
-class PostgresServer:
+class PostgresServer(LoopbackService):
     """A PostgreSQL server of its own, on an ephemeral loopback port; a context manager.
 
     `url` is the superuser's libpq URL to the ``postgres`` database; `create_database` makes
@@ -214,7 +206,7 @@ class PostgresServer:
             output = (initdb.stdout + initdb.stderr).decode("utf-8", "replace")
             self.stop()
             raise RuntimeError(f"initdb failed with {initdb.returncode}:\n{output}")
-        self.port = _free_port()
+        self.port = free_port()
         log = (directory / "postgres.log").open("wb")
         if user is not None:
             os.chown(directory / "postgres.log", user.pw_uid, user.pw_gid)
@@ -309,25 +301,6 @@ class PostgresServer:
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
 
-    def __enter__(self) -> PostgresServer:
-        """Start the server."""
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        self.stop()
-
-
-def _unavailable(reason: str) -> NoReturn:
-    if os.environ.get("CI", "").strip().lower() == "true":
-        pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
-    pytest.skip(reason)
-
 
 @pytest.fixture(name="postgres", scope="session")
 def postgres_fixture() -> Iterator[PostgresServer]:
@@ -336,11 +309,11 @@ def postgres_fixture() -> Iterator[PostgresServer]:
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        _unavailable("psycopg is not installed; pip install -e '.[dev]' (or '.[postgres]')")
+        unavailable("psycopg is not installed; pip install -e '.[dev]' (or '.[postgres]')")
     try:
         server = PostgresServer()
     except PostgresUnavailable as error:
-        _unavailable(str(error))
+        unavailable(str(error))
     server.start()
     try:
         yield server

@@ -43,13 +43,12 @@ that made it: after a fork, make a new one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -57,14 +56,7 @@ from typing import Any, Final, NoReturn
 import psycopg
 from psycopg import sql
 
-from otel_compaction.archive import (
-    _HANDLE_HEX_DIGITS,
-    HANDLE_PREFIX,
-    Archive,
-    ArchivedSpan,
-    _decode,
-    canonical_bytes,
-)
+from otel_compaction.archive import _META_COLUMNS, _SPAN_COLUMNS, Archive, ArchivedSpan
 from otel_compaction.errors import ArchiveError
 from otel_compaction.ledger import (
     DEFAULT_CONVERSATION,
@@ -163,10 +155,6 @@ CREATE INDEX IF NOT EXISTS {_SPANS}_conversation ON {_SPANS} (conversation_id, s
 _RECORD_COLUMNS: Final = (
     "kind, obligation_id, name, conversation_id, sequence, opened_at_ns, status, "
     "resolved_at_ns, error_type"
-)
-_META_COLUMNS: Final = (
-    "handle, sha256, conversation_id, span_start, span_end, message_count, size, "
-    "created_at, policy, summary"
 )
 
 # A conversation's open records and its newest resolved ones, with, for each open record of
@@ -713,6 +701,15 @@ class PostgresArchive(Archive):
         """The database's URL, its password masked."""
         return redact(self._pool.url)
 
+    _table = _SPANS
+    _mark = "%s"
+    _order = "stored"
+
+    def _rows(self, doing: str, query: str, params: tuple[Any, ...]) -> list[Sequence[Any]]:
+        """The rows of a read-only `query`, for `doing` (named in errors)."""
+        with self._query(doing) as conn:
+            return list(conn.execute(query, params).fetchall())
+
     @contextmanager
     def _query(self, doing: str) -> Iterator[Connection]:
         if self._closed:
@@ -723,62 +720,19 @@ class PostgresArchive(Archive):
         except StoreError as error:
             raise ArchiveError(str(error), path=self.location) from error.__cause__
 
-    def put(
-        self,
-        messages: Sequence[Mapping[str, Any]] | bytes | bytearray | memoryview,
-        *,
-        start: int = 0,
-        conversation_id: str | None = None,
-        policy: str | None = None,
-        summary: str | None = None,
-        from_json: bool = False,
-    ) -> ArchivedSpan:
-        """Store a span's messages verbatim and return its record (see `Archive.put`);
-        storing bytes already stored, from any worker, returns the existing record."""
-        if isinstance(messages, (bytes, bytearray, memoryview)):
-            data = bytes(messages)
-            count = len(_decode(data))
-        else:
-            data = canonical_bytes(messages, from_json=from_json)
-            count = len(messages)
-        if count == 0:
-            raise ArchiveError("nothing to archive: the span has no messages", path=self.location)
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-            raise ArchiveError(f"start must be a non-negative integer, got {start!r}")
-        self._writable()
-        digest = hashlib.sha256(data).hexdigest()
-        handle = HANDLE_PREFIX + digest[:_HANDLE_HEX_DIGITS]
+    def _store(self, row: tuple[Any, ...]) -> Sequence[Any] | None:
+        """Insert `row` unless its handle is there, from any worker; the metadata row now
+        under its handle."""
         with self._query("storing a span") as conn:
             conn.execute(
-                f"INSERT INTO {_SPANS} (handle, sha256, conversation_id, span_start, span_end, "
-                "message_count, size, created_at, policy, summary, data) "
+                f"INSERT INTO {_SPANS} ({_SPAN_COLUMNS}) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (handle) DO NOTHING",
-                (
-                    handle,
-                    digest,
-                    conversation_id,
-                    start,
-                    start + count,
-                    count,
-                    len(data),
-                    time.time(),
-                    policy,
-                    summary,
-                    data,
-                ),
+                row,
             )
-            row = conn.execute(
-                f"SELECT {_META_COLUMNS} FROM {_SPANS} WHERE handle = %s", (handle,)
+            return conn.execute(
+                f"SELECT {_META_COLUMNS} FROM {_SPANS} WHERE handle = %s", (row[0],)
             ).fetchone()
-        if row is None or row[1] != digest:
-            raise ArchiveError(
-                f"handle {handle} in archive {self.location} already holds a different span "
-                "(SHA-256 prefix collision); refusing to overwrite it",
-                path=self.location,
-                handle=handle,
-            )
-        return self._record(row)
 
     def attach_summary(self, handle: str, summary: str) -> ArchivedSpan:
         """Record (or replace) the summary that replaced an archived span; return the record."""
@@ -791,59 +745,6 @@ class PostgresArchive(Archive):
         if row is None:
             raise self._unknown(handle)
         return self._record(row)
-
-    def get(self, handle: str) -> ArchivedSpan:
-        """The record of an archived span (metadata only); `ArchiveError` if unknown."""
-        with self._query("reading a span's record") as conn:
-            row = conn.execute(
-                f"SELECT {_META_COLUMNS} FROM {_SPANS} WHERE handle = %s", (handle,)
-            ).fetchone()
-        if row is None:
-            raise self._unknown(handle)
-        return self._record(row)
-
-    def recall_bytes(self, handle: str) -> bytes:
-        """The stored bytes of a span, byte for byte, after checking their SHA-256."""
-        with self._query("recalling a span") as conn:
-            row = conn.execute(
-                f"SELECT sha256, data FROM {_SPANS} WHERE handle = %s", (handle,)
-            ).fetchone()
-        if row is None:
-            raise self._unknown(handle)
-        digest, data = row[0], bytes(row[1])
-        if hashlib.sha256(data).hexdigest() != digest or not digest.startswith(
-            handle[len(HANDLE_PREFIX) :]
-        ):
-            raise ArchiveError(
-                f"archived span {handle} in archive {self.location} is corrupt: "
-                "its bytes no longer match their SHA-256",
-                path=self.location,
-                handle=handle,
-            )
-        return data
-
-    def spans(self, conversation_id: str | None = None) -> list[ArchivedSpan]:
-        """Records of every archived span (of one conversation when given), oldest first."""
-        query = f"SELECT {_META_COLUMNS} FROM {_SPANS}"
-        params: tuple[str, ...] = ()
-        if conversation_id is not None:
-            query += " WHERE conversation_id = %s"
-            params = (conversation_id,)
-        with self._query("listing spans") as conn:
-            rows = conn.execute(query + " ORDER BY stored", params).fetchall()
-        return [self._record(row) for row in rows]
-
-    def __contains__(self, handle: object) -> bool:
-        if not isinstance(handle, str):
-            return False
-        with self._query("looking a handle up") as conn:
-            row = conn.execute(f"SELECT 1 FROM {_SPANS} WHERE handle = %s", (handle,)).fetchone()
-        return row is not None
-
-    def __len__(self) -> int:
-        with self._query("counting spans") as conn:
-            row = conn.execute(f"SELECT count(*) FROM {_SPANS}").fetchone()
-        return int(row[0]) if row is not None else 0
 
     def close(self) -> None:
         """Close the connections; later calls raise `ArchiveError`. Closing twice is
