@@ -29,6 +29,7 @@ import atexit
 import logging
 import os
 import threading
+import types
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -373,6 +374,7 @@ def configure(
         >>> telemetry = configure(set_global=False)  # doctest: +SKIP
         >>> gate = telemetry.gate("default")  # doctest: +SKIP
     """
+    made_ledger = ledger is None
     ledger = ledger if ledger is not None else default_ledger()  # OTEL_COMPACTION_LEDGER_URL
     port = _prometheus_port(prometheus_port)
     otlp_by_default = port is None
@@ -415,6 +417,8 @@ def configure(
     if prometheus is not None:
         telemetry.prometheus_address = prometheus.address
         telemetry._owned.append(prometheus)  # stopped after the meter provider
+    if made_ledger and ledger.owner is not None:  # a shared store's worker: stops last
+        telemetry._owned.append(types.SimpleNamespace(shutdown=ledger.close))
     if telemetry._owned:
         # In place of the SDK's own exit hooks (the providers are created without them), so
         # that exit is bounded as `shutdown` is.

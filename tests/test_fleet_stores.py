@@ -4,6 +4,7 @@ content-addressed spans, against a real server on loopback."""
 
 from __future__ import annotations
 
+import http.client
 import sys
 import threading
 from collections.abc import Iterator
@@ -15,9 +16,13 @@ import pytest
 from e2e_servers import free_port
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
 from postgres_server import postgres_fixture, postgres_url_fixture  # noqa: F401
+from prometheus_client.parser import text_string_to_metric_families
 from workers import run_in_threads
 
+from otel_compaction import configure
+from otel_compaction import telemetry as telemetry_module
 from otel_compaction.archive import Archive
 from otel_compaction.compactor import GuardedCompactor
 from otel_compaction.errors import ArchiveError, OpenObligationError
@@ -505,3 +510,51 @@ def test_an_in_memory_ledger_reports_no_orphan_series() -> None:
     reader = InMemoryMetricReader()
     CompactionMetrics(MeterProvider(metric_readers=[reader])).watch(ObligationLedger())
     assert "compaction.obligations.orphaned" not in _gauges(reader)
+
+
+def test_configure_takes_the_ledger_from_its_url_and_closes_it_on_shutdown(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_COMPACTION_LEDGER_URL", postgres_url)
+    monkeypatch.setenv("OTEL_COMPACTION_WORKER_ID", "configured-worker")
+    telemetry = configure(
+        tracer_provider=TracerProvider(),
+        meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
+        set_global=False,
+    )
+    assert isinstance(telemetry.ledger, PostgresLedger)
+    assert telemetry.ledger.owner == "configured-worker"
+    telemetry.recorder.call("restart", "call_1", conversation_id="conv")
+    [record] = telemetry.ledger.open_obligations("conv")
+    assert (record.id, record.name) == ("call_1", "restart")
+    telemetry.shutdown()  # its providers were the application's: only the ledger is closed
+    rows = _rows(
+        postgres_url,
+        "SELECT owner, heartbeat_at IS NULL FROM otel_compaction_workers ORDER BY owner",
+    )
+    assert rows == [("configured-worker", True)]
+
+
+def test_the_prometheus_endpoint_serves_the_fleets_orphans(
+    ledgers: list[PostgresLedger], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = ledgers
+    monkeypatch.setattr(telemetry_module, "_installed_meter_provider", lambda: None)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    telemetry = configure(ledger=b, prometheus_port=0, set_global=False)
+    try:
+        assert telemetry.prometheus_address is not None
+        a.open("conv", "tool_call", "call_1", name="restart")
+        a.close()
+        host, port = telemetry.prometheus_address
+        connection = http.client.HTTPConnection(host, port, timeout=5)
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode("utf-8")
+        connection.close()
+    finally:
+        telemetry.shutdown()
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    [orphaned] = families["compaction_obligations_orphaned"].samples
+    assert (orphaned.labels["compaction_obligation_kind"], orphaned.value) == ("tool_call", 1)
+    assert families["compaction_obligations_orphaned"].type == "gauge"
