@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from e2e_servers import free_port
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
-from postgres_server import postgres_fixture, postgres_url_fixture  # noqa: F401
+from postgres_server import PostgresServer, postgres_fixture, postgres_url_fixture  # noqa: F401
 from prometheus_client.parser import text_string_to_metric_families
 from workers import run_in_threads
 
@@ -163,7 +164,7 @@ def test_an_unreachable_server_is_named_with_its_variable(
     assert message.startswith("OTEL_COMPACTION_LEDGER_URL='postgresql://agent:***@127.0.0.1:"), (
         message
     )
-    assert "PostgreSQL failed while connecting" in message
+    assert "PostgreSQL failed while creating its tables (connecting)" in message
     assert "s3cret" not in message
 
 
@@ -558,3 +559,34 @@ def test_the_prometheus_endpoint_serves_the_fleets_orphans(
     [orphaned] = families["compaction_obligations_orphaned"].samples
     assert (orphaned.labels["compaction_obligation_kind"], orphaned.value) == ("tool_call", 1)
     assert families["compaction_obligations_orphaned"].type == "gauge"
+
+
+def test_a_database_outage_never_breaks_the_host_agent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The recorder keeps working (logging what failed) and the heartbeat waits it out; the
+    gate, a decision, says the store is unreachable instead of guessing."""
+    server = PostgresServer().start()
+    try:
+        url = server.create_database("outage")
+        ledger = PostgresLedger(url, owner="during-outage", **FAST)
+        telemetry = configure(
+            ledger=ledger,
+            tracer_provider=TracerProvider(),
+            meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
+            set_global=False,
+        )
+        telemetry.recorder.call("restart", "call_1", conversation_id="conv").result("done")
+        assert ledger.open_obligations("conv") == ()
+        server.stop()
+        time.sleep(3 * FAST["heartbeat_interval"])  # a heartbeat or two fail meanwhile
+        call = telemetry.recorder.call("restart", "call_2", conversation_id="conv")
+        call.result("done")  # no exception reaches the agent
+        assert any("PostgreSQL failed" in r.getMessage() for r in caplog.records)
+        assert any("heartbeat failed (will retry)" in r.getMessage() for r in caplog.records)
+        gate = CompactionGate("default", ledger=ledger)
+        with pytest.raises(StoreError, match="PostgreSQL failed while reading a conversation"):
+            gate.evaluate([{"role": "user", "content": "hi"}], 0, 1, conversation_id="conv")
+        ledger.close()  # closing during an outage is logged, not raised
+    finally:
+        server.stop()

@@ -195,12 +195,12 @@ class _Pool:
             f"{self.source}={redact(self.url)!r}: PostgreSQL failed while {doing}: {detail}"
         ) from error
 
-    def connect(self) -> Connection:
-        """A new connection (autocommit)."""
+    def connect(self, doing: str) -> Connection:
+        """A new connection (autocommit), for `doing`."""
         try:
             return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         except psycopg.Error as error:
-            self.fail("connecting", error)
+            self.fail(f"{doing} (connecting)", error)
 
     @contextmanager
     def connection(self, doing: str) -> Iterator[Connection]:
@@ -210,7 +210,7 @@ class _Pool:
                 raise StoreError(f"{self.source}={redact(self.url)!r}: the store is closed")
             conn = self._idle.pop() if self._idle else None
         if conn is None:
-            conn = self.connect()
+            conn = self.connect(doing)
         healthy = False
         try:
             yield conn
@@ -300,7 +300,7 @@ class PostgresLedger(ObligationLedger):
         owner: str | None = None,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
-        source: str = "url",
+        source: str = "the URL given",
         max_conversations: int = 1_000,
         max_records_per_conversation: int = 1_000,
         max_open: int = 10_000,
@@ -661,7 +661,7 @@ class PostgresArchive(Archive):
         url: str,
         *,
         readonly: bool = False,
-        source: str = "url",
+        source: str = "the URL given",
         create: bool = True,
         timeout: float = 30.0,
     ) -> None:
