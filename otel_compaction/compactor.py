@@ -290,18 +290,19 @@ class GuardedCompactor:
         if decision.action == "refuse":
             raise refusal_error(decision)
         fingerprint = _fingerprint(original, decision.span[0]) if turn.shared else None
-        if fingerprint is not None and turn.compacted(fingerprint):
-            return CompactionResult(
-                original, False, decision, decision.span, tokens_before=before,
-                tokens_after=before, reason=_COMPACTED_ELSEWHERE,
-            )  # fmt: skip
         capture = self._capture_content()
         with self._tracer.start_as_current_span(
             semconv.APPLY_SPAN, kind=SpanKind.INTERNAL, record_exception=False,
             set_status_on_exception=False,
         ) as telemetry_span:  # fmt: skip
             try:
-                result = self._apply(original, analysis.transcript, decision, before)
+                if fingerprint is not None and turn.compacted(fingerprint):
+                    result = CompactionResult(
+                        original, False, decision, decision.span, tokens_before=before,
+                        tokens_after=before, reason=_COMPACTED_ELSEWHERE,
+                    )  # fmt: skip
+                else:
+                    result = self._apply(original, analysis.transcript, decision, before)
             except Exception as exc:
                 # Its message names what the summary lost: content, kept only with capture on.
                 telemetry_span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)

@@ -18,6 +18,8 @@ from e2e_servers import free_port
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from postgres_server import PostgresServer, postgres_fixture, postgres_url_fixture  # noqa: F401
 from prometheus_client.parser import text_string_to_metric_families
 from workers import run_in_threads
@@ -590,3 +592,43 @@ def test_a_database_outage_never_breaks_the_host_agent(
         ledger.close()  # closing during an outage is logged, not raised
     finally:
         server.stop()
+
+
+def test_a_stale_copy_is_held_and_its_apply_span_says_why(
+    ledgers: list[PostgresLedger],
+) -> None:
+    a, b = ledgers
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Summarize the incident. " * 40},
+        {"role": "assistant", "content": "The api was down for 4 minutes. " * 40},
+        {"role": "user", "content": "Thanks."},
+        {"role": "assistant", "content": "You're welcome."},
+    ]
+    first = GuardedCompactor(budget=300, ledger=a).compact(
+        messages, conversation_id="c", force=True
+    )
+    assert first.compacted
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry = configure(
+        ledger=b,
+        tracer_provider=provider,
+        meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
+        set_global=False,
+    )
+    second = GuardedCompactor(budget=300, telemetry=telemetry).compact(
+        messages, conversation_id="c", force=True
+    )
+    assert (second.compacted, second.span, second.messages) == (False, first.span, messages)
+    [apply] = [s for s in exporter.get_finished_spans() if s.name == "compaction.apply"]
+    assert apply.attributes is not None
+    assert apply.attributes["compaction.compacted"] is False
+    assert apply.attributes["compaction.hold.reason"] == (
+        "another worker already compacted this transcript state; read the conversation again"
+    )
+    # The compacted transcript is a new state: it compacts again when it needs to.
+    third = GuardedCompactor(budget=100, ledger=b).compact(
+        first.messages + messages[2:] * 10, conversation_id="c", force=True
+    )
+    assert third.compacted
