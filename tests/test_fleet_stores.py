@@ -632,3 +632,19 @@ def test_a_stale_copy_is_held_and_its_apply_span_says_why(
         first.messages + messages[2:] * 10, conversation_id="c", force=True
     )
     assert third.compacted
+
+
+def test_workers_that_are_gone_and_own_nothing_open_are_forgotten(postgres_url: str) -> None:
+    idle = PostgresLedger(postgres_url, owner="idle", **FAST)
+    owing = PostgresLedger(postgres_url, owner="owing", **FAST)
+    owing.open("conv", "tool_call", "call_1")
+    idle.close()
+    owing.close()
+    newcomer = PostgresLedger(postgres_url, owner="newcomer", **FAST)
+    try:
+        rows = _rows(postgres_url, "SELECT owner FROM otel_compaction_workers ORDER BY owner")
+        assert rows == [("newcomer",), ("owing",)]  # owing's call is still an orphan to show
+        [orphan] = newcomer.snapshot("conv").orphaned
+        assert orphan.owner == "owing"
+    finally:
+        newcomer.close()

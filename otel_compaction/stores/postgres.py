@@ -355,6 +355,12 @@ class PostgresLedger(ObligationLedger):
                 "SET host = EXCLUDED.host, pid = EXCLUDED.pid, heartbeat_at = now()",
                 (self._owner, socket.gethostname(), os.getpid()),
             )
+            # Workers gone for a day that own nothing open: every restart is a new identity.
+            conn.execute(
+                f"DELETE FROM {_WORKERS} w WHERE (w.heartbeat_at IS NULL "
+                "OR w.heartbeat_at < now() - interval '1 day') AND NOT EXISTS ("
+                f"SELECT 1 FROM {_OBLIGATIONS} o WHERE o.owner = w.owner AND o.status IS NULL)"
+            )
         self._stopped = threading.Event()
         self._heartbeat = threading.Thread(
             target=self._beat, name=f"otel-compaction heartbeat {self._owner}", daemon=True
