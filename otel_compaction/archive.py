@@ -1,5 +1,10 @@
 """Reversible compaction: a SQLite store that keeps compacted spans verbatim.
 
+SQLite is the default store; `Archive.from_url` (or ``OTEL_COMPACTION_ARCHIVE_URL``) selects
+another with the same API and guarantees: PostgreSQL for a fleet of workers
+(`otel_compaction.stores.postgres.PostgresArchive`), where a span archived by one worker is
+recalled byte for byte by any other.
+
 A span that is summarized away stays addressable: `Archive.put` stores its messages and
 returns an `ArchivedSpan` whose ``handle`` (``arc_`` and 24 hex digits) the summary can cite;
 `Archive.recall` gives the messages back and `make_recall_tool` lets the agent do the same.
@@ -115,6 +120,7 @@ _META_COLUMNS: Final = (
     "handle, sha256, conversation_id, span_start, span_end, message_count, size, "
     "created_at, policy, summary"
 )
+_SPAN_COLUMNS: Final = _META_COLUMNS + ", data"
 _FILE_MODE: Final = 0o600
 _COLUMN_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "handle": (str,),
@@ -424,7 +430,7 @@ class Archive:
             )
         except sqlite3.Error as exc:
             raise ArchiveError(
-                f"cannot open archive {self._path}: {exc}", path=self._path
+                f"cannot open archive {self.location}: {exc}", path=self.location
             ) from None
 
     def _initialise(self, conn: sqlite3.Connection) -> None:
@@ -456,8 +462,8 @@ class Archive:
                     mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
                 if mode != "wal":
                     raise ArchiveError(
-                        f"archive {self._path}: cannot use WAL journal mode (got {mode})",
-                        path=self._path,
+                        f"archive {self.location}: cannot use WAL journal mode (got {mode})",
+                        path=self.location,
                     )
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
@@ -471,7 +477,7 @@ class Archive:
             delay = min(delay * 2, _RETRY_MAX_DELAY)
 
     def _unusable(self, exc: sqlite3.Error) -> ArchiveError:
-        return ArchiveError(f"{self._path} is not a usable archive: {exc}", path=self._path)
+        return ArchiveError(f"{self._path} is not a usable archive: {exc}", path=self.location)
 
     def _open_readonly(self) -> sqlite3.Connection:
         """A read-only connection to an existing archive, checked before any read."""
@@ -541,14 +547,14 @@ class Archive:
 
     def _foreign(self, reason: str) -> ArchiveError:
         return ArchiveError(
-            f"{self._path}: not an otel-compaction archive: {reason}", path=self._path
+            f"{self._path}: not an otel-compaction archive: {reason}", path=self.location
         )
 
     def _newer(self, version: int) -> ArchiveError:
         return ArchiveError(
-            f"archive {self._path} has schema version {version}; this version of "
+            f"archive {self.location} has schema version {version}; this version of "
             f"otel-compaction reads up to {_SCHEMA_VERSION}",
-            path=self._path,
+            path=self.location,
         )
 
     def _check_or_create_schema(self, conn: sqlite3.Connection) -> None:
@@ -578,35 +584,56 @@ class Archive:
         """The database file."""
         return self._path
 
+    @property
+    def location(self) -> str:
+        """Where the archive is, as errors name it: the database file (a shared store's URL,
+        its password masked)."""
+        return str(self._path)
+
+    @classmethod
+    def from_url(cls, url: str | None = None, **options: Any) -> Archive:
+        """The archive a URL names: ``sqlite:PATH`` for this SQLite archive in file PATH,
+        ``postgresql://...`` for the shared store on PostgreSQL (needs the ``postgres``
+        extra); None or empty: ``OTEL_COMPACTION_ARCHIVE_URL`` when set, else the default
+        file (`default_archive_path`). `options` go to the store's constructor.
+
+        Raises:
+            StoreError: the URL (named with the variable it came from) is not one of these,
+                or its store cannot be reached.
+        """
+        from otel_compaction.stores import open_archive
+
+        return open_archive(url, **options)
+
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
         """The connection, under the lock; SQLite errors become `ArchiveError` naming the path."""
         with self._lock:
             if self._conn is None:
-                raise ArchiveError(f"archive {self._path} is closed", path=self._path)
+                raise ArchiveError(f"archive {self.location} is closed", path=self.location)
             try:
                 yield self._conn
             except sqlite3.Error as exc:
-                raise ArchiveError(f"archive {self._path}: {exc}", path=self._path) from None
+                raise ArchiveError(f"archive {self.location}: {exc}", path=self.location) from None
 
     def _writable(self) -> None:
         if self._readonly:
             raise ArchiveError(
-                f"archive {self._path} was opened read-only; nothing can be stored",
-                path=self._path,
+                f"archive {self.location} was opened read-only; nothing can be stored",
+                path=self.location,
             )
 
     def _unknown(self, handle: str) -> ArchiveError:
         if not isinstance(handle, str) or not _HANDLE_RE.fullmatch(handle):
             return ArchiveError(
                 f"{handle!r} is not an archive handle (expected {HANDLE_PREFIX} and "
-                f"{_HANDLE_HEX_DIGITS} hex digits); archive {self._path}",
-                path=self._path,
+                f"{_HANDLE_HEX_DIGITS} hex digits); archive {self.location}",
+                path=self.location,
                 handle=str(handle),
             )
         return ArchiveError(
-            f"no archived span with handle {handle} in archive {self._path}",
-            path=self._path,
+            f"no archived span with handle {handle} in archive {self.location}",
+            path=self.location,
             handle=handle,
         )
 
@@ -620,9 +647,9 @@ class Archive:
             if not isinstance(value, kinds) or isinstance(value, bool):
                 wanted = " or ".join(_TYPE_NAMES[kind] for kind in kinds)
                 raise ArchiveError(
-                    f"archived span {handle} in archive {self._path}: column {column} holds "
+                    f"archived span {handle} in archive {self.location}: column {column} holds "
                     f"{value!r}, not {wanted}",
-                    path=self._path,
+                    path=self.location,
                     handle=str(handle),
                 )
         return ArchivedSpan(
@@ -666,6 +693,28 @@ class Archive:
         Raises `ArchiveError` for an empty span, data JSON cannot carry exactly, or bytes
         that are not a JSON list of message objects.
         """
+        row = self._span_row(messages, start, conversation_id, policy, summary, from_json)
+        handle, digest = row[0], row[1]
+        stored = self._store(row)
+        if stored is None or stored[1] != digest:
+            raise ArchiveError(
+                f"handle {handle} in archive {self.location} already holds a different "
+                "span (SHA-256 prefix collision); refusing to overwrite it",
+                path=self.location,
+                handle=handle,
+            )
+        return self._record(stored)
+
+    def _span_row(
+        self,
+        messages: Sequence[Mapping[str, Any]] | bytes | bytearray | memoryview,
+        start: int,
+        conversation_id: str | None,
+        policy: str | None,
+        summary: str | None,
+        from_json: bool,
+    ) -> tuple[Any, ...]:
+        """The row `put` stores (the columns of `_SPAN_COLUMNS`), the input checked."""
         if isinstance(messages, (bytes, bytearray, memoryview)):
             data = bytes(messages)
             count = len(_decode(data))
@@ -673,49 +722,45 @@ class Archive:
             data = canonical_bytes(messages, from_json=from_json)
             count = len(messages)
         if count == 0:
-            raise ArchiveError("nothing to archive: the span has no messages", path=self._path)
+            raise ArchiveError("nothing to archive: the span has no messages", path=self.location)
         if isinstance(start, bool) or not isinstance(start, int) or start < 0:
             raise ArchiveError(f"start must be a non-negative integer, got {start!r}")
         self._writable()
         digest = hashlib.sha256(data).hexdigest()
         handle = HANDLE_PREFIX + digest[:_HANDLE_HEX_DIGITS]
+        return (
+            handle,
+            digest,
+            conversation_id,
+            start,
+            start + count,
+            count,
+            len(data),
+            time.time(),
+            policy,
+            summary,
+            data,
+        )
+
+    def _store(self, row: tuple[Any, ...]) -> Sequence[Any] | None:
+        """Insert `row` unless its handle is there; the metadata row now under its handle."""
         with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(
-                    f"INSERT INTO {_TABLE} (handle, sha256, conversation_id, span_start, "
-                    "span_end, message_count, size, created_at, policy, summary, data) "
+                    f"INSERT INTO {_TABLE} ({_SPAN_COLUMNS}) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (handle) DO NOTHING",
-                    (
-                        handle,
-                        digest,
-                        conversation_id,
-                        start,
-                        start + count,
-                        count,
-                        len(data),
-                        time.time(),
-                        policy,
-                        summary,
-                        data,
-                    ),
+                    row,
                 )
-                row = conn.execute(
-                    f"SELECT {_META_COLUMNS} FROM {_TABLE} WHERE handle = ?", (handle,)
+                stored: Sequence[Any] | None = conn.execute(
+                    f"SELECT {_META_COLUMNS} FROM {_TABLE} WHERE handle = ?", (row[0],)
                 ).fetchone()
-                if row is None or row[1] != digest:
-                    raise ArchiveError(
-                        f"handle {handle} in archive {self._path} already holds a different "
-                        "span (SHA-256 prefix collision); refusing to overwrite it",
-                        path=self._path,
-                        handle=handle,
-                    )
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        return self._record(row)
+        return stored
 
     def put_span(
         self,
@@ -755,35 +800,40 @@ class Archive:
 
     def get(self, handle: str) -> ArchivedSpan:
         """The record of an archived span (metadata only); `ArchiveError` if unknown."""
-        row = self._read(
-            lambda conn: conn.execute(
-                f"SELECT {_META_COLUMNS} FROM {_TABLE} WHERE handle = ?", (handle,)
-            ).fetchone()
+        rows = self._rows(
+            "reading a span's record",
+            f"SELECT {_META_COLUMNS} FROM {self._table} WHERE handle = {self._mark}",
+            (handle,),
         )
-        if row is None:
+        if not rows:
             raise self._unknown(handle)
-        return self._record(row)
+        return self._record(rows[0])
 
     def recall_bytes(self, handle: str) -> bytes:
         """The stored bytes of a span, byte for byte, after checking their SHA-256."""
-        row = self._read(
-            lambda conn: conn.execute(
-                f"SELECT sha256, data FROM {_TABLE} WHERE handle = ?", (handle,)
-            ).fetchone()
-        )
+        row = self._stored(handle)
         if row is None:
             raise self._unknown(handle)
-        digest, data = row[0], bytes(row[1])
+        digest, data = row
         if hashlib.sha256(data).hexdigest() != digest or not digest.startswith(
             handle[len(HANDLE_PREFIX) :]
         ):
             raise ArchiveError(
-                f"archived span {handle} in archive {self._path} is corrupt: "
+                f"archived span {handle} in archive {self.location} is corrupt: "
                 "its bytes no longer match their SHA-256",
-                path=self._path,
+                path=self.location,
                 handle=handle,
             )
         return data
+
+    def _stored(self, handle: str) -> tuple[str, bytes] | None:
+        """The SHA-256 recorded for `handle` and its stored bytes, unchecked; None if unknown."""
+        rows = self._rows(
+            "recalling a span",
+            f"SELECT sha256, data FROM {self._table} WHERE handle = {self._mark}",
+            (handle,),
+        )
+        return (rows[0][0], bytes(rows[0][1])) if rows else None
 
     def recall(self, handle: str) -> list[dict[str, Any]]:
         """The messages of an archived span, equal to the messages that were stored."""
@@ -792,35 +842,40 @@ class Archive:
             return _decode(data)
         except ArchiveError as exc:
             raise ArchiveError(
-                f"archived span {handle} in archive {self._path}: {exc}",
-                path=self._path,
+                f"archived span {handle} in archive {self.location}: {exc}",
+                path=self.location,
                 handle=handle,
             ) from None
 
     def spans(self, conversation_id: str | None = None) -> list[ArchivedSpan]:
         """Records of every archived span (of one conversation when given), oldest first."""
-        query = f"SELECT {_META_COLUMNS} FROM {_TABLE}"
+        query = f"SELECT {_META_COLUMNS} FROM {self._table}"
         params: tuple[str, ...] = ()
         if conversation_id is not None:
-            query += " WHERE conversation_id = ?"
+            query += f" WHERE conversation_id = {self._mark}"
             params = (conversation_id,)
-        rows = self._read(lambda conn: conn.execute(query + " ORDER BY rowid", params).fetchall())
+        rows = self._rows("listing spans", f"{query} ORDER BY {self._order}", params)
         return [self._record(row) for row in rows]
 
     def __contains__(self, handle: object) -> bool:
         if not isinstance(handle, str):
             return False
-        row = self._read(
-            lambda conn: conn.execute(
-                f"SELECT 1 FROM {_TABLE} WHERE handle = ?", (handle,)
-            ).fetchone()
-        )
-        return row is not None
+        query = f"SELECT 1 FROM {self._table} WHERE handle = {self._mark}"
+        return bool(self._rows("looking a handle up", query, (handle,)))
 
     def __len__(self) -> int:
-        return int(
-            self._read(lambda conn: conn.execute(f"SELECT count(*) FROM {_TABLE}").fetchone()[0])
-        )
+        return int(self._rows("counting spans", f"SELECT count(*) FROM {self._table}", ())[0][0])
+
+    # What the reading methods' SQL names: the table, the parameter mark, the storing order.
+    _table = _TABLE
+    _mark = "?"
+    _order = "rowid"
+
+    def _rows(self, doing: str, query: str, params: tuple[Any, ...]) -> list[Sequence[Any]]:
+        """The rows of a read-only `query` (`doing` names it in errors of other stores)."""
+        del doing  # SQLite's errors name the file
+        rows: list[Sequence[Any]] = self._read(lambda conn: conn.execute(query, params).fetchall())
+        return rows
 
     # -- lifetime --------------------------------------------------------------------------
 
@@ -920,6 +975,6 @@ def make_recall_tool(archive: Archive) -> Callable[[str], str]:
         except ArchiveError as exc:
             return f"error: {exc}"
         except UnicodeDecodeError:
-            return f"error: archived span {key} in archive {archive.path} is not UTF-8 text"
+            return f"error: archived span {key} in archive {archive.location} is not UTF-8 text"
 
     return recall_archived_span

@@ -45,6 +45,7 @@ NOT_PRODUCED_HERE = {
     "compaction_tool_calls_duplicate_total": "detected by auto-instrumentation, not the recorder",
     "compaction_ledger_overflow_total": "the agent stays far below the ledger's bounds",
     "traces_span_metrics_calls_total": "made by the Collector's spanmetrics connector",
+    "compaction_obligations_orphaned": "a shared ledger's (PostgreSQL); this agent's is in memory",
 }
 """Names the rules or the dashboard use that this scenario does not produce, and why."""
 

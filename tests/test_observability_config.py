@@ -45,6 +45,7 @@ REQUIRED_ALERTS = {
     "CompactionRefused",
     "CompactionSeveredObligation",
     "CompactionDuplicateToolCall",
+    "CompactionObligationOrphaned",
 }
 
 
@@ -362,7 +363,7 @@ def _run(program: str, *arguments: str, cwd: Path = CONFIG_DIR) -> str:
 
 def test_promtool_check_rules(promtool: str) -> None:
     output = _run(promtool, "check", "rules", str(ALERTS))
-    assert "SUCCESS: 6 rules found" in output
+    assert "SUCCESS: 7 rules found" in output
 
 
 def test_promtool_check_config(promtool: str) -> None:

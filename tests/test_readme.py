@@ -33,6 +33,7 @@ from fake_llm_server import (  # noqa: F401 - the fixture import registers the f
     ToolCall,
     fake_llm_server_fixture,
 )
+from postgres_server import postgres_fixture, postgres_url_fixture  # noqa: F401 - fixtures
 from readme_snippets import Block, blocks, expected_output, keyed
 
 BIN = Path(sys.executable).parent
@@ -54,6 +55,8 @@ class Snippet:
     env: dict[str, str] = field(default_factory=dict)
     lock: str | None = None
     """A fixed port the block binds: runs of this test on one machine take turns."""
+    postgres: bool = False
+    """The block reads ``OTEL_COMPACTION_LEDGER_URL``: a database of the tests' PostgreSQL."""
 
 
 PYTHON_SNIPPETS: dict[str, Snippet] = {
@@ -73,6 +76,7 @@ PYTHON_SNIPPETS: dict[str, Snippet] = {
         )
     ),
     "prometheus": Snippet(lock="9464"),
+    "fleet": Snippet(postgres=True),
     "verify": Snippet(),
 }
 """Every python block of the README, by key, in the README's order."""
@@ -175,18 +179,19 @@ def test_expected_output_reads_printed_lines_and_their_continuations() -> None:
 @pytest.mark.usefixtures("port_lock")
 @pytest.mark.parametrize("key", list(PYTHON_SNIPPETS))
 def test_python_block_runs_as_written(
-    key: str, fake_llm_server: FakeLLMServer, tmp_path: Path
+    key: str, fake_llm_server: FakeLLMServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     block = keyed()[key]
     snippet = PYTHON_SNIPPETS[key]
+    env = dict(snippet.env)
+    if snippet.postgres:
+        env["OTEL_COMPACTION_LEDGER_URL"] = request.getfixturevalue("postgres_url")
     for api, reply in snippet.answers:
         fake_llm_server.enqueue_reply(api, reply)
     script = tmp_path / f"readme_{key}.py"  # not named like a module it imports
     script.write_text(block.code, encoding="utf-8")
 
-    result = _run(
-        [sys.executable, script.name], tmp_path, _environment(fake_llm_server, snippet.env)
-    )
+    result = _run([sys.executable, script.name], tmp_path, _environment(fake_llm_server, env))
 
     assert result.returncode == 0, _describe(block, result)
     assert "Traceback" not in result.stderr, _describe(block, result)

@@ -29,6 +29,7 @@ import atexit
 import logging
 import os
 import threading
+import types
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -50,7 +51,7 @@ from opentelemetry.sdk.trace.sampling import Sampler, _get_from_env_or_default
 from opentelemetry.trace import TracerProvider
 
 from otel_compaction.gate import CompactionGate
-from otel_compaction.ledger import ObligationLedger
+from otel_compaction.ledger import ObligationLedger, default_ledger
 from otel_compaction.policy import Policy
 from otel_compaction.recorder import ToolCallRecorder
 from otel_compaction.telemetry.decisions import DecisionTelemetry, SeveredObligations
@@ -187,7 +188,8 @@ def configure(
         >>> telemetry = configure(set_global=False)  # doctest: +SKIP
         >>> gate = telemetry.gate("default")  # doctest: +SKIP
     """
-    ledger = ledger if ledger is not None else ObligationLedger()
+    made_ledger = ledger is None
+    ledger = ledger if ledger is not None else default_ledger()  # OTEL_COMPACTION_LEDGER_URL
     port = _prometheus_port(prometheus_port)
     otlp_by_default = port is None
     owns_tracer = owns_meter = False
@@ -229,6 +231,8 @@ def configure(
     if prometheus is not None:
         telemetry.prometheus_address = prometheus.address
         telemetry._owned.append(prometheus)  # stopped after the meter provider
+    if made_ledger and ledger.owner is not None:  # a shared store's worker: stops last
+        telemetry._owned.append(types.SimpleNamespace(shutdown=ledger.close))
     if telemetry._owned:
         # In place of the SDK's own exit hooks (the providers are created without them), so
         # that exit is bounded as `shutdown` is.

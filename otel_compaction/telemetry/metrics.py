@@ -15,13 +15,13 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from otel_compaction._internal_errors import internal_errors
-from otel_compaction.ledger import Obligation, ObligationLedger
+from otel_compaction.ledger import Obligation, ObligationKind, ObligationLedger
 from otel_compaction.telemetry import semconv
 
 __all__ = ["CompactionMetrics"]
@@ -132,11 +132,27 @@ class _Observed:
             unit="s",
             description="Age of the oldest obligation still open.",
         )
+        meter.create_observable_gauge(
+            semconv.METRIC_ORPHANED_OBLIGATIONS,
+            callbacks=[self._orphaned],
+            unit="{obligation}",
+            description="Open obligations of a shared ledger whose owner stopped heartbeating "
+            "(the fleet's count, the same in every worker).",
+        )
 
     def _open_counts(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return self._by_kind(lambda ledger: ledger.open_counts())
+
+    def _orphaned(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return self._by_kind(lambda ledger: ledger.orphaned_counts())
+
+    def _by_kind(
+        self, counts: Callable[[ObligationLedger], Mapping[ObligationKind, int]]
+    ) -> list[Observation]:
+        """One observation per kind: what `counts` says of each ledger, summed."""
         totals: dict[str, int] = {}
         for ledger in tuple(self.ledgers):
-            for kind, count in ledger.open_counts().items():
+            for kind, count in counts(ledger).items():
                 totals[kind] = totals.get(kind, 0) + count
         return [
             Observation(count, {semconv.OBLIGATION_KIND: kind})

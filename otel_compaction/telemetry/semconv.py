@@ -113,6 +113,8 @@ METRIC_HELD_TOKENS: Final = "compaction.deferral.held_tokens"
 METRIC_DUPLICATE_CALLS: Final = "compaction.tool_calls.duplicate"
 METRIC_SEVERED: Final = "compaction.obligations.severed"
 METRIC_LEDGER_OVERFLOW: Final = "compaction.ledger.overflow"
+METRIC_ORPHANED_OBLIGATIONS: Final = "compaction.obligations.orphaned"
+"""Open obligations of a shared ledger whose owner stopped heartbeating (the fleet's count)."""
 
 # -- auto-instrumentation: model requests and passive detection ---------------------------------
 MODEL_REQUEST_SPAN: Final = "compaction.model_request"
