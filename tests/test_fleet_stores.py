@@ -25,7 +25,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from workers import run_in_threads
 
 from otel_compaction import configure
-from otel_compaction.telemetry import configuration as telemetry_module
 from otel_compaction.archive import Archive
 from otel_compaction.compactor import GuardedCompactor
 from otel_compaction.errors import ArchiveError, OpenObligationError
@@ -33,6 +32,7 @@ from otel_compaction.gate import CompactionGate
 from otel_compaction.ledger import Obligation, ObligationLedger, default_ledger
 from otel_compaction.stores import StoreError, redact, worker_identity
 from otel_compaction.stores.postgres import PostgresArchive, PostgresLedger
+from otel_compaction.telemetry import configuration as telemetry_module
 from otel_compaction.telemetry.metrics import CompactionMetrics
 
 FAST: dict[str, Any] = {"heartbeat_interval": 0.1, "heartbeat_timeout": 0.5}
