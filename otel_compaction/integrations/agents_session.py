@@ -38,6 +38,7 @@ from agents.memory import Session, SessionABC
 
 from otel_compaction.context import current_conversation_id
 from otel_compaction.gate import CompactionGate, Decision, SpanError, refusal_error
+from otel_compaction.reconcile import reconcile_calls
 from otel_compaction.transcript import Transcript
 
 __all__ = ["CompactionGuardSession", "OnOpen"]
@@ -192,8 +193,7 @@ class CompactionGuardSession(SessionABC):
     def _decide(self, items: list[Any]) -> Decision | None:
         conversation = self._conversation()
         transcript = Transcript.parse(items)
-        known = {call.id for call in transcript.calls}
-        in_flight = self._in_flight(conversation, known)
+        in_flight = self._in_flight(conversation, transcript)
         if in_flight:
             transcript = Transcript.parse(items + in_flight)
         decision: Decision | None = None
@@ -215,16 +215,22 @@ class CompactionGuardSession(SessionABC):
     def _conversation(self) -> str:
         return self.conversation_id or current_conversation_id() or self.session_id
 
-    def _in_flight(self, conversation: str, known: set[str]) -> list[dict[str, Any]]:
-        """Tool calls open in the ledger that the stored items do not show, as the Responses
-        items they will be stored as."""
+    def _in_flight(self, conversation: str, transcript: Transcript) -> list[dict[str, Any]]:
+        """Tool calls open in the ledger that the stored items do not show (no call pairs
+        with their record: `otel_compaction.reconcile`), as the Responses items they will be
+        stored as."""
         ledger = self.gate.ledger
         if ledger is None:
             return []
         return [
-            {"type": "function_call", "call_id": record.id, "name": record.name, "arguments": ""}
-            for record in ledger.snapshot(conversation).open()
-            if record.kind == "tool_call" and record.id not in known
+            {
+                "type": "function_call",
+                "call_id": pair.record.id,
+                "name": pair.record.name,
+                "arguments": "",
+            }
+            for pair in reconcile_calls(transcript, ledger.open_obligations(conversation))
+            if pair.state == "missing"
         ]
 
 
