@@ -1,5 +1,10 @@
 """Reversible compaction: a SQLite store that keeps compacted spans verbatim.
 
+SQLite is the default store; `Archive.from_url` (or ``OTEL_COMPACTION_ARCHIVE_URL``) selects
+another with the same API and guarantees: PostgreSQL for a fleet of workers
+(`otel_compaction.stores.postgres.PostgresArchive`), where a span archived by one worker is
+recalled byte for byte by any other.
+
 A span that is summarized away stays addressable: `Archive.put` stores its messages and
 returns an `ArchivedSpan` whose ``handle`` (``arc_`` and 24 hex digits) the summary can cite;
 `Archive.recall` gives the messages back and `make_recall_tool` lets the agent do the same.
@@ -424,7 +429,7 @@ class Archive:
             )
         except sqlite3.Error as exc:
             raise ArchiveError(
-                f"cannot open archive {self._path}: {exc}", path=self._path
+                f"cannot open archive {self.location}: {exc}", path=self.location
             ) from None
 
     def _initialise(self, conn: sqlite3.Connection) -> None:
@@ -456,8 +461,8 @@ class Archive:
                     mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
                 if mode != "wal":
                     raise ArchiveError(
-                        f"archive {self._path}: cannot use WAL journal mode (got {mode})",
-                        path=self._path,
+                        f"archive {self.location}: cannot use WAL journal mode (got {mode})",
+                        path=self.location,
                     )
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
@@ -471,7 +476,7 @@ class Archive:
             delay = min(delay * 2, _RETRY_MAX_DELAY)
 
     def _unusable(self, exc: sqlite3.Error) -> ArchiveError:
-        return ArchiveError(f"{self._path} is not a usable archive: {exc}", path=self._path)
+        return ArchiveError(f"{self._path} is not a usable archive: {exc}", path=self.location)
 
     def _open_readonly(self) -> sqlite3.Connection:
         """A read-only connection to an existing archive, checked before any read."""
@@ -541,14 +546,14 @@ class Archive:
 
     def _foreign(self, reason: str) -> ArchiveError:
         return ArchiveError(
-            f"{self._path}: not an otel-compaction archive: {reason}", path=self._path
+            f"{self._path}: not an otel-compaction archive: {reason}", path=self.location
         )
 
     def _newer(self, version: int) -> ArchiveError:
         return ArchiveError(
-            f"archive {self._path} has schema version {version}; this version of "
+            f"archive {self.location} has schema version {version}; this version of "
             f"otel-compaction reads up to {_SCHEMA_VERSION}",
-            path=self._path,
+            path=self.location,
         )
 
     def _check_or_create_schema(self, conn: sqlite3.Connection) -> None:
@@ -578,35 +583,56 @@ class Archive:
         """The database file."""
         return self._path
 
+    @property
+    def location(self) -> str:
+        """Where the archive is, as errors name it: the database file (a shared store's URL,
+        its password masked)."""
+        return str(self._path)
+
+    @classmethod
+    def from_url(cls, url: str | None = None, **options: Any) -> Archive:
+        """The archive a URL names: ``sqlite:PATH`` for this SQLite archive in file PATH,
+        ``postgresql://...`` for the shared store on PostgreSQL (needs the ``postgres``
+        extra); None or empty: ``OTEL_COMPACTION_ARCHIVE_URL`` when set, else the default
+        file (`default_archive_path`). `options` go to the store's constructor.
+
+        Raises:
+            StoreError: the URL (named with the variable it came from) is not one of these,
+                or its store cannot be reached.
+        """
+        from otel_compaction.stores import open_archive
+
+        return open_archive(url, **options)
+
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
         """The connection, under the lock; SQLite errors become `ArchiveError` naming the path."""
         with self._lock:
             if self._conn is None:
-                raise ArchiveError(f"archive {self._path} is closed", path=self._path)
+                raise ArchiveError(f"archive {self.location} is closed", path=self.location)
             try:
                 yield self._conn
             except sqlite3.Error as exc:
-                raise ArchiveError(f"archive {self._path}: {exc}", path=self._path) from None
+                raise ArchiveError(f"archive {self.location}: {exc}", path=self.location) from None
 
     def _writable(self) -> None:
         if self._readonly:
             raise ArchiveError(
-                f"archive {self._path} was opened read-only; nothing can be stored",
-                path=self._path,
+                f"archive {self.location} was opened read-only; nothing can be stored",
+                path=self.location,
             )
 
     def _unknown(self, handle: str) -> ArchiveError:
         if not isinstance(handle, str) or not _HANDLE_RE.fullmatch(handle):
             return ArchiveError(
                 f"{handle!r} is not an archive handle (expected {HANDLE_PREFIX} and "
-                f"{_HANDLE_HEX_DIGITS} hex digits); archive {self._path}",
-                path=self._path,
+                f"{_HANDLE_HEX_DIGITS} hex digits); archive {self.location}",
+                path=self.location,
                 handle=str(handle),
             )
         return ArchiveError(
-            f"no archived span with handle {handle} in archive {self._path}",
-            path=self._path,
+            f"no archived span with handle {handle} in archive {self.location}",
+            path=self.location,
             handle=handle,
         )
 
@@ -620,9 +646,9 @@ class Archive:
             if not isinstance(value, kinds) or isinstance(value, bool):
                 wanted = " or ".join(_TYPE_NAMES[kind] for kind in kinds)
                 raise ArchiveError(
-                    f"archived span {handle} in archive {self._path}: column {column} holds "
+                    f"archived span {handle} in archive {self.location}: column {column} holds "
                     f"{value!r}, not {wanted}",
-                    path=self._path,
+                    path=self.location,
                     handle=str(handle),
                 )
         return ArchivedSpan(
@@ -673,7 +699,7 @@ class Archive:
             data = canonical_bytes(messages, from_json=from_json)
             count = len(messages)
         if count == 0:
-            raise ArchiveError("nothing to archive: the span has no messages", path=self._path)
+            raise ArchiveError("nothing to archive: the span has no messages", path=self.location)
         if isinstance(start, bool) or not isinstance(start, int) or start < 0:
             raise ArchiveError(f"start must be a non-negative integer, got {start!r}")
         self._writable()
@@ -705,9 +731,9 @@ class Archive:
                 ).fetchone()
                 if row is None or row[1] != digest:
                     raise ArchiveError(
-                        f"handle {handle} in archive {self._path} already holds a different "
+                        f"handle {handle} in archive {self.location} already holds a different "
                         "span (SHA-256 prefix collision); refusing to overwrite it",
-                        path=self._path,
+                        path=self.location,
                         handle=handle,
                     )
                 conn.execute("COMMIT")
@@ -778,9 +804,9 @@ class Archive:
             handle[len(HANDLE_PREFIX) :]
         ):
             raise ArchiveError(
-                f"archived span {handle} in archive {self._path} is corrupt: "
+                f"archived span {handle} in archive {self.location} is corrupt: "
                 "its bytes no longer match their SHA-256",
-                path=self._path,
+                path=self.location,
                 handle=handle,
             )
         return data
@@ -792,8 +818,8 @@ class Archive:
             return _decode(data)
         except ArchiveError as exc:
             raise ArchiveError(
-                f"archived span {handle} in archive {self._path}: {exc}",
-                path=self._path,
+                f"archived span {handle} in archive {self.location}: {exc}",
+                path=self.location,
                 handle=handle,
             ) from None
 
@@ -920,6 +946,6 @@ def make_recall_tool(archive: Archive) -> Callable[[str], str]:
         except ArchiveError as exc:
             return f"error: {exc}"
         except UnicodeDecodeError:
-            return f"error: archived span {key} in archive {archive.path} is not UTF-8 text"
+            return f"error: archived span {key} in archive {archive.location} is not UTF-8 text"
 
     return recall_archived_span

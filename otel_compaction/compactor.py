@@ -15,6 +15,13 @@ was, and the archive only ever holds whole, content-addressed spans.
 every obligation the refusal names (a call abandoned, a retry given up, a commitment withdrawn,
 a transaction rolled back, a stray result absorbed) through the ledger, so a retry proceeds.
 
+Deciding and applying runs under the ledger's `decision_lock` for the conversation: a lock
+in this process for the in-memory ledger; on a shared ledger a lock across the fleet that
+also remembers which transcript states were compacted, so that two workers holding the same
+transcript never both compact it (the second returns ``compacted=False`` and says why). To
+commit that only together with writing the new transcript back to the conversation's store,
+hold ``ledger.decision_lock(conversation_id)`` around both (the lock is re-entrant).
+
 An applied compaction is noted for its conversation (`otel_compaction.compactions`): the
 conversation's next auto-instrumented model request gets ``gen_ai.conversation.compacted``.
 """
@@ -22,6 +29,8 @@ conversation's next auto-instrumented model request gets ``gen_ai.conversation.c
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,7 +46,13 @@ from otel_compaction.archive import Archive
 from otel_compaction.context import current_conversation_id
 from otel_compaction.errors import CompactionError, CompactionRefused, LiveSpanCompactionError
 from otel_compaction.gate import CompactionGate, Decision, refusal_error
-from otel_compaction.ledger import ObligationKind, ObligationLedger, ResolutionStatus
+from otel_compaction.ledger import (
+    DecisionTurn,
+    ObligationKind,
+    ObligationLedger,
+    ResolutionStatus,
+    default_ledger,
+)
 from otel_compaction.policy import Policy
 from otel_compaction.rules import DISCHARGE, ObligationRef
 from otel_compaction.summarizers import (
@@ -71,6 +86,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+_COMPACTED_ELSEWHERE = (
+    "another worker already compacted this transcript state; read the conversation again"
+)
 _MAX_HELD = 64  # spans remembered as held; a transcript rarely has more than a few
 _NO_SMALLER = "the summary is no smaller than the span"
 
@@ -151,7 +169,7 @@ class GuardedCompactor:
         if telemetry is not None:
             self.gate = telemetry.gate(policy)
         else:
-            self.gate = CompactionGate(policy, ledger=ledger or ObligationLedger())
+            self.gate = CompactionGate(policy, ledger=ledger or default_ledger())
         self.policy = self.gate.policy
         self.ledger: ObligationLedger = self.gate.ledger or ObligationLedger()
         self.archive = archive
@@ -222,6 +240,23 @@ class GuardedCompactor:
             )  # fmt: skip
         if critical is None:
             critical = before >= thresholds.critical * self.budget
+        # One decision at a time per conversation: across the fleet on a shared ledger.
+        with self.ledger.decision_lock(conversation_id or current_conversation_id()) as turn:
+            return self._decide_and_apply(
+                original, per_message, before, turn, conversation_id, critical, end
+            )
+
+    def _decide_and_apply(
+        self,
+        original: list[Any],
+        per_message: list[int],
+        before: int,
+        turn: DecisionTurn,
+        conversation_id: str | None,
+        critical: bool,
+        end: int | None,
+    ) -> CompactionResult:
+        thresholds = self.policy.thresholds
         analysis = self.gate.analyse(original, conversation_id=conversation_id)
         if end is None:
             span = self._pick_span(per_message, analysis.head, before)
@@ -254,6 +289,12 @@ class GuardedCompactor:
             decision = self._evaluate(analysis, (start, shorter), critical, conversation_id)
         if decision.action == "refuse":
             raise refusal_error(decision)
+        fingerprint = _fingerprint(original, decision.span[0]) if turn.shared else None
+        if fingerprint is not None and turn.compacted(fingerprint):
+            return CompactionResult(
+                original, False, decision, decision.span, tokens_before=before,
+                tokens_after=before, reason=_COMPACTED_ELSEWHERE,
+            )  # fmt: skip
         capture = self._capture_content()
         with self._tracer.start_as_current_span(
             semconv.APPLY_SPAN, kind=SpanKind.INTERNAL, record_exception=False,
@@ -270,6 +311,8 @@ class GuardedCompactor:
                 raise
             _record(telemetry_span, result, capture)
         if result.compacted and result.decision is not None:
+            if fingerprint is not None:
+                turn.record(fingerprint)
             compactions.note(result.decision.conversation_id)
         return result
 
@@ -477,6 +520,13 @@ class GuardedCompactor:
             if verification.ok or attempts > self.policy.summaries.retries:
                 return summary, verification, attempts
             current = retry_request(request, verification)
+
+
+def _fingerprint(messages: Sequence[Any], start: int) -> str:
+    """The transcript state a compaction from `start` replaces: its messages up to and
+    including the first one compacted (a stale copy of the transcript has the same)."""
+    text = json.dumps(messages[: start + 1], sort_keys=True, default=repr, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _summary_message(summary: str, transcript_format: str) -> dict[str, Any]:

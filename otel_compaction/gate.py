@@ -12,7 +12,10 @@
    blocking position: defer, compacting that older span and holding the live one verbatim.
 4. Otherwise refuse: raise `CompactionRefused` naming every open obligation.
 
-The ledger of the conversation is cross-checked on every evaluation. Observers registered with
+The ledger of the conversation is cross-checked on every evaluation. An obligation the
+ledger reports orphaned (its owner, another worker of a shared ledger, stopped heartbeating)
+never resolves by itself: a span over it is refused, not deferred, naming it and how to
+discharge it (`Decision.orphaned`). Observers registered with
 `CompactionGate.add_observer` see every decision (the telemetry hooks in here); an observer's
 failure is logged and never changes a decision.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from otel_compaction.analysis import Analysis, Negative
@@ -34,7 +37,7 @@ from otel_compaction.errors import (
     OpenObligationError,
 )
 from otel_compaction.incremental import DEFAULT_MAX_CONVERSATIONS, AnalysisCache
-from otel_compaction.ledger import ObligationLedger
+from otel_compaction.ledger import ObligationLedger, Orphan
 from otel_compaction.policy import Policy
 from otel_compaction.rules import RULES, Finding, ObligationRef, SpanView, run_rules
 from otel_compaction.transcript import Transcript
@@ -94,6 +97,8 @@ class Decision:
     critical: bool = False
     policy: str = "default"
     conversation_id: str | None = None
+    orphaned: tuple[Orphan, ...] = ()
+    """The conversation's orphaned obligations (a shared ledger): open, their owner gone."""
 
     @property
     def blocking(self) -> tuple[Finding, ...]:
@@ -109,9 +114,10 @@ class Decision:
                 "; ".join(f"{ref.describe()}: {ref.discharge}" for ref in self.obligations)
                 or "none"
             )
+            orphaned = "".join(f"; {orphan.describe()}" for orphan in self.orphaned)
             return (
                 f"refusing compaction of span {start}:{end}: open obligations "
-                f"(and how to discharge them): {remedies}"
+                f"(and how to discharge them): {remedies}{orphaned}"
             )
         if self.action == "defer":
             rs, re_ = self.requested
@@ -311,6 +317,8 @@ class CompactionGate:
             addressable=addressable,
             conversation_id=conversation_id,
         )
+        if analysis.ledger is not None and analysis.ledger.orphaned:
+            decision = _over_orphans(decision, analysis.ledger.orphaned)
         for observer in self._observers:
             try:
                 observer(decision, analysis, started_ns)
@@ -394,6 +402,48 @@ def _decide(
             )
     # A refusal reports the span as requested (the contract), protected head included.
     return decision("refuse", requested, obligations=named, findings=tuple(findings))
+
+
+# The rule that names an open obligation of each kind, for a refusal over an orphan.
+_OPEN_RULE = {
+    "tool_call": "open_tool_call",
+    "transaction": "open_transaction",
+    "retry": "pending_retry",
+    "commitment": "dangling_commitment",
+    "background_task": "open_background_task",
+    "tool_result": "unmatched_result",
+}
+
+
+def _over_orphans(decision: Decision, orphans: tuple[Orphan, ...]) -> Decision:
+    """`decision` knowing the conversation's orphans; refused when it compacts or defers
+    over one (deferring waits for a resolution an orphan never gets)."""
+    refs = {(r.kind, r.id): r for r in decision.obligations}
+    for finding in decision.findings:
+        if finding.obligation is not None:
+            refs.setdefault((finding.obligation.kind, finding.obligation.id), finding.obligation)
+    over = [o for o in orphans if (o.obligation.kind, o.obligation.id) in refs]
+    if not over or decision.action == "refuse":
+        return replace(decision, orphaned=orphans)
+    named = list(decision.obligations)
+    findings = [f for f in decision.findings if f.severity == "block"]
+    for orphan in over:
+        o = orphan.obligation
+        ref = refs[(o.kind, o.id)]
+        if ref not in named:
+            named.append(ref)
+        rule = _OPEN_RULE.get(o.kind, "ledger_mismatch")
+        findings.append(Finding(rule, ref.message_index, orphan.describe(), "block", ref))
+    return replace(
+        decision,
+        action="refuse",
+        span=decision.requested,
+        obligations=tuple(named),
+        findings=tuple(findings),
+        must_carry=MustCarry(),
+        extended=False,
+        orphaned=orphans,
+    )
 
 
 def _extension(analysis: Analysis, start: int, end: int, addressable: bool, critical: bool) -> int:

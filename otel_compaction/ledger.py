@@ -5,6 +5,13 @@ lock, held only for dictionary work), bounded, and pairs a resolution with the e
 obligation of the same id. (The transcript pairs a result with the call it follows; the two
 differ only for an id reused while its first call is still open.)
 
+The in-memory ledger here is the default: one process's table. `ObligationLedger.from_url`
+(or ``OTEL_COMPACTION_LEDGER_URL``) selects a shared store instead, the same API on PostgreSQL
+(`otel_compaction.stores.postgres`), for a fleet of workers serving the same conversations:
+there an open obligation has an owner (a worker identity) whose heartbeat tells whether it is
+alive, an open obligation whose owner's heartbeat lapsed is *orphaned* (`LedgerSnapshot.orphaned`,
+never closed by itself), and `ObligationLedger.decision_lock` is a lock across processes.
+
 Three bounds keep it from growing with calls that never resolve: conversations (the least
 recently touched goes first), records per conversation (resolved history goes before open
 records) and open obligations across conversations (the oldest open one goes first). Each open
@@ -16,22 +23,27 @@ time per opening.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from otel_compaction._internal_errors import internal_errors
 
 __all__ = [
     "DEFAULT_CONVERSATION",
+    "DecisionTurn",
     "LedgerSnapshot",
     "Obligation",
     "ObligationKind",
     "ObligationLedger",
+    "Orphan",
     "ResolutionStatus",
+    "default_ledger",
 ]
 
 ObligationKind = Literal[
@@ -100,11 +112,47 @@ class Obligation:
 
 
 @dataclass(frozen=True, slots=True)
+class Orphan:
+    """An open obligation whose owner (the worker that opened it) stopped heartbeating: its
+    result will never come from there, and nothing closes it but an explicit resolution.
+
+    ``silent_seconds`` is how long ago the owner's last heartbeat was (None when the owner
+    never registered or shut down).
+    """
+
+    obligation: Obligation
+    owner: str
+    silent_seconds: float | None
+
+    @property
+    def discharge(self) -> str:
+        """How to discharge it, from any worker."""
+        o = self.obligation
+        return (
+            f"resolve it from any worker: ledger.resolve({o.conversation_id!r}, {o.id!r}, "
+            f"'abandoned', kind={o.kind!r}) (or with the result, when it is known), or "
+            "GuardedCompactor.force_terminal(refusal)"
+        )
+
+    def describe(self) -> str:
+        """One line naming it, its owner and how to discharge it."""
+        o = self.obligation
+        silent = (
+            "has shut down"
+            if self.silent_seconds is None
+            else f"last heartbeat {self.silent_seconds:.0f} s ago"
+        )
+        return f"{o.kind} {o.id} orphaned (owner {self.owner} {silent}): {self.discharge}"
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerSnapshot:
-    """An immutable copy of one conversation's records, in the order they were opened."""
+    """An immutable copy of one conversation's records, in the order they were opened;
+    ``orphaned`` lists the open ones whose owner stopped heartbeating (a shared store only)."""
 
     conversation_id: str
     obligations: tuple[Obligation, ...]
+    orphaned: tuple[Orphan, ...] = ()
 
     def open(self) -> tuple[Obligation, ...]:
         """The obligations still open."""
@@ -113,6 +161,54 @@ class LedgerSnapshot:
     def tool_calls(self) -> tuple[Obligation, ...]:
         """The tool-call records, open or resolved, in emission order."""
         return tuple(o for o in self.obligations if o.kind == "tool_call")
+
+
+class DecisionTurn:
+    """One worker's turn at deciding and applying a compaction of a conversation, held by
+    `ObligationLedger.decision_lock`.
+
+    On a shared store the turn holds the conversation's lock across processes and knows
+    which transcript states were already compacted: `compacted` says whether one with this
+    fingerprint was, and `record` notes one (both take effect when the turn ends without an
+    error). In one process (the in-memory ledger) the transcript is the caller's own, so
+    there is nothing to fence: `shared` is False and `compacted` is always False.
+    """
+
+    shared = False
+
+    def compacted(self, fingerprint: str) -> bool:
+        """Whether a transcript state with this fingerprint was already compacted."""
+        return False
+
+    def record(self, fingerprint: str) -> None:
+        """Note that the transcript state with this fingerprint is compacted now."""
+
+
+class _KeyedLocks:
+    """A re-entrant lock per key, kept only while someone holds or waits for it."""
+
+    __slots__ = ("_guard", "_locks")
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.RLock, list[int]]] = {}
+
+    @contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._locks.setdefault(key, (threading.RLock(), [0]))
+            users[0] += 1
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                users[0] -= 1
+                if not users[0]:
+                    del self._locks[key]
+
+
+_MEMORY_TURN = DecisionTurn()
 
 
 class _Conversation:
@@ -196,7 +292,48 @@ class ObligationLedger:
         self._change_listeners: list[Callable[[Obligation, Obligation | None], None]] = []
         self._resolve_listeners: list[Callable[[Obligation], None]] = []
         self._overflow_listeners: list[Callable[[Obligation], None]] = []
+        self._decision_locks = _KeyedLocks()
         self.subscribe(on_change=on_change, on_overflow=on_overflow)
+
+    @classmethod
+    def from_url(cls, url: str | None = None, **options: Any) -> ObligationLedger:
+        """The ledger a URL names: ``memory:`` (or None/empty: ``OTEL_COMPACTION_LEDGER_URL``
+        when set, else memory) for this in-memory ledger, ``postgresql://...`` for the
+        shared store on PostgreSQL (needs the ``postgres`` extra). `options` go to the
+        store's constructor (the bounds here; `PostgresLedger`'s for PostgreSQL).
+
+        Raises:
+            StoreError: the URL (named with the variable it came from) is not one of these,
+                or its store cannot be reached.
+        """
+        from otel_compaction.stores import open_ledger
+
+        return open_ledger(url, **options)
+
+    @property
+    def owner(self) -> str | None:
+        """The worker identity recorded as the owner of what this process opens (a shared
+        store); None in memory, where every record is this process's own."""
+        return None
+
+    @contextmanager
+    def decision_lock(self, conversation_id: str | None) -> Iterator[DecisionTurn]:
+        """Hold the conversation's decision lock while deciding and applying a compaction.
+
+        In memory, a re-entrant lock per conversation in this process; on a shared store, a
+        lock across every worker of the store (see `DecisionTurn`)."""
+        with self._decision_locks.hold(conversation_id or DEFAULT_CONVERSATION):
+            yield _MEMORY_TURN
+
+    def orphaned_counts(self) -> dict[ObligationKind, int]:
+        """Open obligations whose owner stopped heartbeating, by kind, across the store
+        (always empty in memory: this process is alive while it asks)."""
+        return {}
+
+    def close(self) -> None:
+        """Release what the ledger holds outside memory (a shared store's connections and
+        heartbeat); nothing to do in memory. The ledger is unusable afterwards only for a
+        shared store."""
 
     @property
     def max_conversations(self) -> int:
@@ -465,3 +602,11 @@ class ObligationLedger:
         for lost in dropped:
             for overflow in self._overflow_listeners:
                 overflow(lost)
+
+
+def default_ledger(**options: Any) -> ObligationLedger:
+    """The ledger ``OTEL_COMPACTION_LEDGER_URL`` names, else a new in-memory ledger (the
+    constructor with `options`, when the variable is unset, without reading anything else)."""
+    if not os.environ.get("OTEL_COMPACTION_LEDGER_URL"):
+        return ObligationLedger(**options)
+    return ObligationLedger.from_url(None, **options)

@@ -53,7 +53,7 @@ from opentelemetry.trace import SpanKind, TracerProvider
 from otel_compaction import semconv
 from otel_compaction.analysis import Analysis
 from otel_compaction.gate import CompactionGate, Decision, shown_id
-from otel_compaction.ledger import ObligationLedger
+from otel_compaction.ledger import ObligationLedger, default_ledger
 from otel_compaction.metrics import CompactionMetrics
 from otel_compaction.policy import Policy
 from otel_compaction.rules import ObligationRef
@@ -373,7 +373,7 @@ def configure(
         >>> telemetry = configure(set_global=False)  # doctest: +SKIP
         >>> gate = telemetry.gate("default")  # doctest: +SKIP
     """
-    ledger = ledger if ledger is not None else ObligationLedger()
+    ledger = ledger if ledger is not None else default_ledger()  # OTEL_COMPACTION_LEDGER_URL
     port = _prometheus_port(prometheus_port)
     otlp_by_default = port is None
     owns_tracer = owns_meter = False

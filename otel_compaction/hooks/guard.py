@@ -27,6 +27,7 @@ from otel_compaction.gate import CompactionGate, Decision
 from otel_compaction.rules import ObligationRef
 from otel_compaction.rules.unresolved_reference import owed
 from otel_compaction.sessions import Session
+from otel_compaction.stores import ARCHIVE_URL_ENV
 from otel_compaction.verification import Verification, verify
 
 __all__ = ["Carry", "Guard", "PreCompact", "context_of"]
@@ -244,7 +245,10 @@ class Guard:
     # -- storage -----------------------------------------------------------------------------
 
     def archive(self) -> Archive:
-        """The archive: ``OTEL_COMPACTION_ARCHIVE``, else one in the CLI's config directory."""
+        """The archive: ``OTEL_COMPACTION_ARCHIVE_URL``, else ``OTEL_COMPACTION_ARCHIVE``, else
+        one in the CLI's config directory."""
+        if os.environ.get(ARCHIVE_URL_ENV):
+            return Archive.from_url()
         if os.environ.get(ARCHIVE_ENV):
             return Archive()
         path = self.home / "otel-compaction" / "archive.sqlite3"

@@ -1,0 +1,832 @@
+"""The ledger and the archive on PostgreSQL, shared by a fleet of workers.
+
+`PostgresLedger` is an `ObligationLedger` whose records live in PostgreSQL, and
+`PostgresArchive` an `Archive` whose spans do; select them with a ``postgresql://`` URL
+(``OTEL_COMPACTION_LEDGER_URL``, ``OTEL_COMPACTION_ARCHIVE_URL``, or ``from_url``). Each
+creates its tables on first use (``otel_compaction_*``, under a lock, so workers starting
+together do not race).
+
+Guarantees:
+
+* **Keys.** An obligation is keyed by conversation, kind, obligation id and sequence (a number
+  the database assigns, increasing across the fleet). At most one record of a (conversation,
+  kind, id) is open at a time.
+* **Idempotent.** Opening what is already open returns the open record and changes nothing (a
+  retried event, or the same call seen by two workers); resolving what is not open returns
+  None and changes nothing. Two workers resolving the same obligation at once: exactly one
+  resolves it. An id may be opened again once its record is resolved (a new sequence).
+* **Owners and heartbeats.** Each ledger is a worker (`worker_identity`), the owner of what it
+  opens. A background thread refreshes the worker's heartbeat every `heartbeat_interval`
+  seconds (default 5); a worker whose heartbeat is older than `heartbeat_timeout` (default 30)
+  or that closed its ledger has lapsed. The database's clock decides, so workers' clocks need
+  not agree.
+* **Orphans.** An open obligation whose owner lapsed is orphaned: never closed by itself,
+  listed in `LedgerSnapshot.orphaned` (so the gate refuses to compact over it, naming it and
+  how to discharge it), counted by `orphaned_counts` and logged once per worker. Any worker
+  discharges it with `resolve` (``abandoned``, or the result when it is known).
+* **One decision at a time.** `decision_lock` holds a transaction-scoped advisory lock of the
+  conversation (``pg_advisory_xact_lock``) while a compaction is decided and applied, and
+  remembers which transcript states were compacted, so that two workers never both compact
+  the same one.
+* **Telemetry sums.** `open_counts` and `oldest_open` are what *this* worker owns, so that the
+  open-obligation gauges summed over workers are the fleet's; `orphaned_counts` is the fleet's
+  (every worker observes the same number: aggregate it with ``max``).
+* **Archive.** Spans are content-addressed exactly as in SQLite (the same handle for the same
+  bytes); a re-insert keeps the first row, and recall from any process returns the stored
+  bytes, checked against their SHA-256.
+
+Database failures raise `StoreError` naming the store (its URL, password masked) and the
+operation; the recorder's guard keeps them out of the host agent. Use a ledger in the process
+that made it: after a fork, make a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+import psycopg
+
+from otel_compaction.archive import (
+    _HANDLE_HEX_DIGITS,
+    HANDLE_PREFIX,
+    Archive,
+    ArchivedSpan,
+    _decode,
+    canonical_bytes,
+)
+from otel_compaction.errors import ArchiveError
+from otel_compaction.ledger import (
+    DEFAULT_CONVERSATION,
+    DecisionTurn,
+    LedgerSnapshot,
+    Obligation,
+    ObligationKind,
+    ObligationLedger,
+    Orphan,
+    ResolutionStatus,
+)
+from otel_compaction.stores import StoreError, redact, worker_identity
+
+__all__ = [
+    "DEFAULT_HEARTBEAT_INTERVAL",
+    "DEFAULT_HEARTBEAT_TIMEOUT",
+    "PostgresArchive",
+    "PostgresLedger",
+]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_INTERVAL: Final = 5.0
+"""Seconds between a worker's heartbeats."""
+
+DEFAULT_HEARTBEAT_TIMEOUT: Final = 30.0
+"""Seconds without a heartbeat after which a worker has lapsed and its open obligations are
+orphaned (six missed heartbeats at the default interval)."""
+
+# The advisory locks' first key ("otca" as in the SQLite archive's application id), so that
+# they never meet the application's own advisory locks; the schema's lock is the next one.
+_LOCK_NAMESPACE: Final = 0x6F746361
+_SCHEMA_LOCK: Final = (_LOCK_NAMESPACE + 1, 0)
+_POOL_SIZE: Final = 8
+
+_OBLIGATIONS: Final = "otel_compaction_obligations"
+_WORKERS: Final = "otel_compaction_workers"
+_COMPACTIONS: Final = "otel_compaction_compactions"
+_SPANS: Final = "otel_compaction_archived_spans"
+
+_LEDGER_SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS {_OBLIGATIONS} (
+    conversation_id text NOT NULL,
+    kind            text NOT NULL,
+    obligation_id   text NOT NULL,
+    sequence        bigserial,
+    name            text NOT NULL DEFAULT '',
+    status          text,
+    error_type      text,
+    owner           text NOT NULL,
+    opened_at_ns    bigint NOT NULL,
+    resolved_at_ns  bigint,
+    resolved_by     text,
+    PRIMARY KEY (conversation_id, kind, obligation_id, sequence)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS {_OBLIGATIONS}_open
+    ON {_OBLIGATIONS} (conversation_id, kind, obligation_id) WHERE status IS NULL;
+CREATE INDEX IF NOT EXISTS {_OBLIGATIONS}_conversation
+    ON {_OBLIGATIONS} (conversation_id, sequence);
+CREATE INDEX IF NOT EXISTS {_OBLIGATIONS}_owner
+    ON {_OBLIGATIONS} (owner, sequence) WHERE status IS NULL;
+CREATE TABLE IF NOT EXISTS {_WORKERS} (
+    owner        text PRIMARY KEY,
+    host         text NOT NULL,
+    pid          integer NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz
+);
+CREATE TABLE IF NOT EXISTS {_COMPACTIONS} (
+    conversation_id text NOT NULL,
+    fingerprint     text NOT NULL,
+    owner           text NOT NULL,
+    compacted_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (conversation_id, fingerprint)
+);
+"""
+
+_ARCHIVE_SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS {_SPANS} (
+    handle          text PRIMARY KEY,
+    sha256          text NOT NULL,
+    conversation_id text,
+    span_start      integer NOT NULL,
+    span_end        integer NOT NULL,
+    message_count   integer NOT NULL,
+    size            integer NOT NULL,
+    created_at      double precision NOT NULL,
+    policy          text,
+    summary         text,
+    data            bytea NOT NULL,
+    stored          bigserial
+);
+CREATE INDEX IF NOT EXISTS {_SPANS}_conversation ON {_SPANS} (conversation_id, span_start);
+"""
+
+_RECORD_COLUMNS: Final = (
+    "kind, obligation_id, name, conversation_id, sequence, opened_at_ns, status, "
+    "resolved_at_ns, error_type"
+)
+_META_COLUMNS: Final = (
+    "handle, sha256, conversation_id, span_start, span_end, message_count, size, "
+    "created_at, policy, summary"
+)
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+class _Pool:
+    """A few autocommit connections to one database, reused across threads; a connection
+    that failed is closed, not reused."""
+
+    def __init__(self, url: str, source: str, size: int = _POOL_SIZE) -> None:
+        self.url = url
+        self.source = source
+        self.size = size
+        self._idle: list[Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def fail(self, doing: str, error: Exception) -> NoReturn:
+        """Raise `StoreError` for `error`, met while `doing`."""
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise StoreError(
+            f"{self.source}={redact(self.url)!r}: PostgreSQL failed while {doing}: {detail}"
+        ) from error
+
+    def connect(self) -> Connection:
+        """A new connection (autocommit)."""
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as error:
+            self.fail("connecting", error)
+
+    @contextmanager
+    def connection(self, doing: str) -> Iterator[Connection]:
+        """A connection for `doing`; database errors become `StoreError`."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"{self.source}={redact(self.url)!r}: the store is closed")
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self.connect()
+        healthy = False
+        try:
+            yield conn
+            healthy = True
+        except psycopg.Error as error:
+            self.fail(doing, error)
+        finally:
+            reusable = (
+                healthy
+                and not conn.closed
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            )
+            with self._lock:
+                if reusable and not self._closed and len(self._idle) < self.size:
+                    self._idle.append(conn)
+                    conn = None
+            if conn is not None:
+                conn.close()
+
+    def create_schema(self, schema: str) -> None:
+        """Create tables under the schema lock (concurrent ``CREATE ... IF NOT EXISTS`` of
+        one table can fail)."""
+        with self.connection("creating its tables") as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", _SCHEMA_LOCK)
+            for statement in schema.split(";"):
+                if statement.strip():
+                    conn.execute(statement.strip())
+
+    def close(self) -> None:
+        """Close every idle connection; later use raises `StoreError`."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _record(row: Sequence[Any]) -> Obligation:
+    kind, obligation_id, name, conversation_id, sequence, opened, status, resolved, error = row
+    return Obligation(
+        kind, obligation_id, name, conversation_id, sequence, opened, status, resolved, error
+    )
+
+
+class _PostgresTurn(DecisionTurn):
+    """A decision turn holding the conversation's advisory lock in `conn`'s transaction."""
+
+    shared = True
+
+    def __init__(self, conn: Connection, conversation_id: str, owner: str) -> None:
+        self._conn = conn
+        self._conversation_id = conversation_id
+        self._owner = owner
+
+    def compacted(self, fingerprint: str) -> bool:
+        """Whether any worker compacted the transcript state `fingerprint` names."""
+        row = self._conn.execute(
+            f"SELECT 1 FROM {_COMPACTIONS} WHERE conversation_id = %s AND fingerprint = %s",
+            (self._conversation_id, fingerprint),
+        ).fetchone()
+        return row is not None
+
+    def record(self, fingerprint: str) -> None:
+        """Note the transcript state `fingerprint` as compacted (when the turn commits)."""
+        self._conn.execute(
+            f"INSERT INTO {_COMPACTIONS} (conversation_id, fingerprint, owner) "
+            "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (self._conversation_id, fingerprint, self._owner),
+        )
+
+
+class PostgresLedger(ObligationLedger):
+    """The obligation ledger in PostgreSQL, shared by every worker that opens the same URL.
+
+    Example (with a server at ``url``)::
+
+        ledger = PostgresLedger("postgresql://agent@db/agents")
+        ledger.open("conv-1", "tool_call", "call_1", name="search")
+        # in any other worker, now or after this one died:
+        PostgresLedger("postgresql://agent@db/agents").resolve("conv-1", "call_1", "abandoned")
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        owner: str | None = None,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+        source: str = "url",
+        max_conversations: int = 1_000,
+        max_records_per_conversation: int = 1_000,
+        max_open: int = 10_000,
+        on_overflow: Any = None,
+        on_change: Any = None,
+    ) -> None:
+        """Connect, create the tables if needed, register this worker and start its
+        heartbeat.
+
+        Args:
+            url: the libpq URL of the database (``postgresql://USER@HOST:PORT/DATABASE``).
+            owner: this worker's identity (`worker_identity` when None).
+            heartbeat_interval: seconds between heartbeats.
+            heartbeat_timeout: seconds without a heartbeat after which a worker has lapsed
+                (more than twice the interval).
+            source: where the URL came from, for error messages (a variable's name).
+            max_records_per_conversation: the resolved records a snapshot holds at most,
+                the newest (every open record is in it); the other bounds are kept for the
+                API (the store is on disk, nothing is evicted).
+            on_overflow: as for `ObligationLedger` (never called: nothing is evicted).
+            on_change: as for `ObligationLedger`, for what this worker does.
+
+        Raises:
+            StoreError: the database cannot be reached or its tables created.
+            ValueError: a bound is below 1, or the heartbeat timeout is not more than twice
+                the interval.
+        """
+        super().__init__(
+            max_conversations=max_conversations,
+            max_records_per_conversation=max_records_per_conversation,
+            max_open=max_open,
+            on_overflow=on_overflow,
+            on_change=on_change,
+        )
+        if heartbeat_interval <= 0 or heartbeat_timeout <= 2 * heartbeat_interval:
+            raise ValueError(
+                f"heartbeat_timeout ({heartbeat_timeout:g} s) must be more than twice "
+                f"heartbeat_interval ({heartbeat_interval:g} s), and both positive"
+            )
+        self._owner = worker_identity(owner)
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self._pool = _Pool(url, source)
+        self._kinds: set[ObligationKind] = set()
+        self._reported: set[tuple[str, str, str, int]] = set()
+        self._local = threading.local()
+        self._pool.create_schema(_LEDGER_SCHEMA)
+        with self._pool.connection("registering the worker") as conn:
+            conn.execute(
+                f"INSERT INTO {_WORKERS} (owner, host, pid, heartbeat_at) "
+                "VALUES (%s, %s, %s, now()) ON CONFLICT (owner) DO UPDATE "
+                "SET host = EXCLUDED.host, pid = EXCLUDED.pid, heartbeat_at = now()",
+                (self._owner, socket.gethostname(), os.getpid()),
+            )
+        self._stopped = threading.Event()
+        self._heartbeat = threading.Thread(
+            target=self._beat, name=f"otel-compaction heartbeat {self._owner}", daemon=True
+        )
+        self._heartbeat.start()
+
+    @property
+    def owner(self) -> str:
+        """This worker's identity, the owner of what it opens."""
+        return self._owner
+
+    @property
+    def url(self) -> str:
+        """The database's URL, its password masked."""
+        return redact(self._pool.url)
+
+    def __repr__(self) -> str:
+        return f"PostgresLedger({self.url!r}, owner={self._owner!r})"
+
+    # -- heartbeat -------------------------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        """Refresh this worker's heartbeat now (the background thread does it every
+        `heartbeat_interval` seconds)."""
+        with self._pool.connection("refreshing the heartbeat") as conn:
+            updated = conn.execute(
+                f"UPDATE {_WORKERS} SET heartbeat_at = now() WHERE owner = %s", (self._owner,)
+            ).rowcount
+            if not updated:  # the row was removed (a cleanup): register again
+                conn.execute(
+                    f"INSERT INTO {_WORKERS} (owner, host, pid, heartbeat_at) "
+                    "VALUES (%s, %s, %s, now()) ON CONFLICT (owner) DO NOTHING",
+                    (self._owner, socket.gethostname(), os.getpid()),
+                )
+
+    def _beat(self) -> None:
+        failing = False
+        while not self._stopped.wait(self.heartbeat_interval):
+            try:
+                self.heartbeat()
+            except Exception as error:  # the thread must outlive a database outage
+                if not failing:
+                    _log.warning("otel-compaction: heartbeat failed (will retry): %s", error)
+                failing = True
+            else:
+                if failing:
+                    _log.warning("otel-compaction: heartbeat restored for %s", self._owner)
+                failing = False
+
+    def close(self) -> None:
+        """Stop the heartbeat, mark this worker shut down (what it still owns is orphaned
+        at once: nothing here will resolve it) and close the connections; idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._heartbeat.join(timeout=self.heartbeat_interval + 5)
+        try:
+            with self._pool.connection("marking the worker shut down") as conn:
+                conn.execute(
+                    f"UPDATE {_WORKERS} SET heartbeat_at = NULL WHERE owner = %s", (self._owner,)
+                )
+        except StoreError as error:
+            _log.warning("otel-compaction: %s", error)
+        self._pool.close()
+
+    # -- the ledger's API ------------------------------------------------------------------
+
+    def open(
+        self,
+        conversation_id: str | None,
+        kind: ObligationKind,
+        obligation_id: str,
+        *,
+        name: str = "",
+    ) -> Obligation:
+        """Record a new open obligation owned by this worker and return it; when one of this
+        conversation, kind and id is already open (a retried event), return that one and
+        change nothing."""
+        conversation_id = conversation_id or DEFAULT_CONVERSATION
+        key = (conversation_id, kind, obligation_id)
+        with self._pool.connection("opening an obligation") as conn:
+            while True:
+                row = conn.execute(
+                    f"INSERT INTO {_OBLIGATIONS} (conversation_id, kind, obligation_id, name, "
+                    "owner, opened_at_ns) VALUES (%s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (conversation_id, kind, obligation_id) WHERE status IS NULL "
+                    f"DO NOTHING RETURNING {_RECORD_COLUMNS}",
+                    (*key, name, self._owner, time.time_ns()),
+                ).fetchone()
+                if row is not None:
+                    break
+                existing = conn.execute(
+                    f"SELECT {_RECORD_COLUMNS} FROM {_OBLIGATIONS} WHERE conversation_id = %s "
+                    "AND kind = %s AND obligation_id = %s AND status IS NULL",
+                    key,
+                ).fetchone()
+                if existing is not None:
+                    return _record(existing)
+                # resolved between the two statements: open it anew
+        record = _record(row)
+        self._kinds.add(kind)
+        if self._change_listeners:
+            self._notify(record, None, ())
+        return record
+
+    def resolve(
+        self,
+        conversation_id: str | None,
+        obligation_id: str,
+        status: ResolutionStatus = "result",
+        *,
+        kind: ObligationKind = "tool_call",
+        error_type: str | None = None,
+    ) -> Obligation | None:
+        """Resolve the open obligation with this id, whichever worker owns it; None (and
+        nothing changed) when none is open: already resolved, by a retried event or by
+        another worker."""
+        conversation_id = conversation_id or DEFAULT_CONVERSATION
+        with self._pool.connection("resolving an obligation") as conn:
+            row = conn.execute(
+                f"UPDATE {_OBLIGATIONS} SET status = %s, error_type = %s, resolved_at_ns = %s, "
+                "resolved_by = %s WHERE conversation_id = %s AND kind = %s "
+                f"AND obligation_id = %s AND status IS NULL RETURNING {_RECORD_COLUMNS}",
+                (
+                    status,
+                    error_type,
+                    time.time_ns(),
+                    self._owner,
+                    conversation_id,
+                    kind,
+                    obligation_id,
+                ),
+            ).fetchone()
+        if row is None:
+            return None
+        after = _record(row)
+        if self._change_listeners or self._resolve_listeners:
+            before = Obligation(
+                after.kind,
+                after.id,
+                after.name,
+                after.conversation_id,
+                after.sequence,
+                after.opened_at_ns,
+            )
+            self._notify(after, before, ())
+        return after
+
+    def rekey(
+        self,
+        conversation_id: str | None,
+        old_id: str,
+        new_id: str,
+        *,
+        kind: ObligationKind = "tool_call",
+    ) -> Obligation | None:
+        """Give the open obligation `old_id` its real id; None when it is not open, or when
+        `new_id` is open already (then `old_id` stays as it is)."""
+        conversation_id = conversation_id or DEFAULT_CONVERSATION
+        try:
+            with self._pool.connection("renaming an obligation") as conn:
+                row = conn.execute(
+                    f"UPDATE {_OBLIGATIONS} SET obligation_id = %s WHERE conversation_id = %s "
+                    "AND kind = %s AND obligation_id = %s AND status IS NULL "
+                    f"RETURNING {_RECORD_COLUMNS}",
+                    (new_id, conversation_id, kind, old_id),
+                ).fetchone()
+        except StoreError as error:
+            if isinstance(error.__cause__, psycopg.errors.UniqueViolation):
+                return None
+            raise
+        return None if row is None else _record(row)
+
+    def snapshot(self, conversation_id: str | None) -> LedgerSnapshot:
+        """The conversation's records across the fleet (every open one, and the newest
+        resolved ones up to `max_records_per_conversation`), with the orphaned ones."""
+        conversation_id = conversation_id or DEFAULT_CONVERSATION
+        with self._pool.connection("reading a conversation") as conn:
+            rows = conn.execute(
+                f"SELECT {', '.join('o.' + c for c in _RECORD_COLUMNS.split(', '))}, o.owner, "
+                "CASE WHEN o.status IS NULL AND o.owner <> %(me)s THEN "
+                "coalesce(extract(epoch FROM now() - w.heartbeat_at)::float8, 'Infinity') END "
+                f"FROM {_OBLIGATIONS} o LEFT JOIN {_WORKERS} w ON w.owner = o.owner "
+                "WHERE o.conversation_id = %(c)s AND (o.status IS NULL OR o.sequence >= "
+                f"coalesce((SELECT sequence FROM {_OBLIGATIONS} WHERE conversation_id = %(c)s "
+                "ORDER BY sequence DESC OFFSET %(n)s LIMIT 1), 0)) ORDER BY o.sequence",
+                {"me": self._owner, "c": conversation_id, "n": self._max_records - 1},
+            ).fetchall()
+        records: list[Obligation] = []
+        orphans: list[Orphan] = []
+        for row in rows:
+            record = _record(row[:9])
+            records.append(record)
+            silent = row[10]
+            if silent is not None and silent > self.heartbeat_timeout:
+                orphan = Orphan(record, row[9], None if silent == float("inf") else silent)
+                orphans.append(orphan)
+                self._report(orphan)
+        return LedgerSnapshot(conversation_id, tuple(records), tuple(orphans))
+
+    def _report(self, orphan: Orphan) -> None:
+        o = orphan.obligation
+        key = (o.conversation_id, o.kind, o.id, o.sequence)
+        if key not in self._reported:
+            if len(self._reported) > 10 * self._max_open:
+                self._reported.clear()
+            self._reported.add(key)
+            _log.warning("otel-compaction: %s", orphan.describe())
+
+    def open_obligations(self, conversation_id: str | None = None) -> tuple[Obligation, ...]:
+        """Open obligations of one conversation, or of every conversation of the store."""
+        query = f"SELECT {_RECORD_COLUMNS} FROM {_OBLIGATIONS} WHERE status IS NULL"
+        params: tuple[str, ...] = ()
+        if conversation_id is not None:
+            query += " AND conversation_id = %s"
+            params = (conversation_id,)
+        with self._pool.connection("listing open obligations") as conn:
+            rows = conn.execute(query + " ORDER BY sequence", params).fetchall()
+        return tuple(_record(row) for row in rows)
+
+    def oldest_open(self) -> Obligation | None:
+        """The open obligation this worker owns that was opened first."""
+        with self._pool.connection("reading the oldest open obligation") as conn:
+            row = conn.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM {_OBLIGATIONS} WHERE owner = %s "
+                "AND status IS NULL ORDER BY sequence LIMIT 1",
+                (self._owner,),
+            ).fetchone()
+        return None if row is None else _record(row)
+
+    def open_counts(self) -> dict[ObligationKind, int]:
+        """How many obligations of each kind this worker owns still open (every kind it
+        ever opened is listed, with 0 once none is open): summed over workers, the fleet's."""
+        with self._pool.connection("counting open obligations") as conn:
+            rows = conn.execute(
+                f"SELECT kind, count(*) FROM {_OBLIGATIONS} WHERE owner = %s "
+                "AND status IS NULL GROUP BY kind",
+                (self._owner,),
+            ).fetchall()
+        counts: dict[ObligationKind, int] = dict.fromkeys(self._kinds, 0)
+        counts.update({kind: int(count) for kind, count in rows})
+        return counts
+
+    def orphaned_counts(self) -> dict[ObligationKind, int]:
+        """Orphaned obligations by kind across the store (the same number in every worker)."""
+        with self._pool.connection("counting orphaned obligations") as conn:
+            rows = conn.execute(
+                f"SELECT o.kind, count(*) FROM {_OBLIGATIONS} o LEFT JOIN {_WORKERS} w "
+                "ON w.owner = o.owner WHERE o.status IS NULL AND (w.heartbeat_at IS NULL "
+                "OR w.heartbeat_at < now() - make_interval(secs => %s)) GROUP BY o.kind",
+                (self.heartbeat_timeout,),
+            ).fetchall()
+        return {kind: int(count) for kind, count in rows}
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop a finished conversation's records (for every worker)."""
+        with self._pool.connection("forgetting a conversation") as conn, conn.transaction():
+            for table in (_OBLIGATIONS, _COMPACTIONS):
+                conn.execute(f"DELETE FROM {table} WHERE conversation_id = %s", (conversation_id,))
+
+    def conversations(self) -> tuple[str, ...]:
+        """Ids of the conversations the store holds."""
+        with self._pool.connection("listing conversations") as conn:
+            rows = conn.execute(
+                f"SELECT DISTINCT conversation_id FROM {_OBLIGATIONS} ORDER BY 1"
+            ).fetchall()
+        return tuple(row[0] for row in rows)
+
+    @contextmanager
+    def decision_lock(self, conversation_id: str | None) -> Iterator[DecisionTurn]:
+        """Hold the conversation's advisory lock, across every worker of the store, while a
+        compaction is decided and applied; re-entrant in one thread. What the turn records
+        is committed when the block ends without an error."""
+        conversation_id = conversation_id or DEFAULT_CONVERSATION
+        held: dict[str, DecisionTurn] = self._local.__dict__.setdefault("held", {})
+        if conversation_id in held:
+            yield held[conversation_id]
+            return
+        with self._pool.connection("locking a conversation") as conn, conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                (_LOCK_NAMESPACE, conversation_id),
+            )
+            turn = _PostgresTurn(conn, conversation_id, self._owner)
+            held[conversation_id] = turn
+            try:
+                yield turn
+            finally:
+                del held[conversation_id]
+
+
+class PostgresArchive(Archive):
+    """The archive of compacted spans in PostgreSQL, shared by every worker that opens the
+    same URL; the same handles, bytes and checks as the SQLite `Archive`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        readonly: bool = False,
+        source: str = "url",
+        create: bool = True,
+        timeout: float = 30.0,
+    ) -> None:
+        """Connect and create the table if needed (not when `readonly`).
+
+        Args:
+            url: the libpq URL of the database.
+            readonly: for inspection: nothing is created, and the writing methods raise.
+            source: where the URL came from, for error messages (a variable's name).
+            create: accepted for the SQLite archive's signature (the table is always made
+                unless `readonly`).
+            timeout: accepted for the SQLite archive's signature.
+
+        Raises:
+            StoreError: the database cannot be reached or its table created.
+        """
+        del create, timeout
+        self._pool = _Pool(url, source)
+        self._readonly = readonly
+        self._path = Path(os.devnull)
+        self._closed = False
+        if readonly:
+            with self._pool.connection("opening the archive"):
+                pass
+        else:
+            self._pool.create_schema(_ARCHIVE_SCHEMA)
+
+    @property
+    def path(self) -> Path:
+        """A PostgreSQL archive has no file: `ArchiveError` (see `location`)."""
+        raise ArchiveError(
+            f"archive {self.location} is in PostgreSQL and has no file", path=self.location
+        )
+
+    @property
+    def location(self) -> str:
+        """The database's URL, its password masked."""
+        return redact(self._pool.url)
+
+    @contextmanager
+    def _query(self, doing: str) -> Iterator[Connection]:
+        if self._closed:
+            raise ArchiveError(f"archive {self.location} is closed", path=self.location)
+        try:
+            with self._pool.connection(doing) as conn:
+                yield conn
+        except StoreError as error:
+            raise ArchiveError(str(error), path=self.location) from error.__cause__
+
+    def put(
+        self,
+        messages: Sequence[Mapping[str, Any]] | bytes | bytearray | memoryview,
+        *,
+        start: int = 0,
+        conversation_id: str | None = None,
+        policy: str | None = None,
+        summary: str | None = None,
+        from_json: bool = False,
+    ) -> ArchivedSpan:
+        """Store a span's messages verbatim and return its record (see `Archive.put`);
+        storing bytes already stored, from any worker, returns the existing record."""
+        if isinstance(messages, (bytes, bytearray, memoryview)):
+            data = bytes(messages)
+            count = len(_decode(data))
+        else:
+            data = canonical_bytes(messages, from_json=from_json)
+            count = len(messages)
+        if count == 0:
+            raise ArchiveError("nothing to archive: the span has no messages", path=self.location)
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ArchiveError(f"start must be a non-negative integer, got {start!r}")
+        self._writable()
+        digest = hashlib.sha256(data).hexdigest()
+        handle = HANDLE_PREFIX + digest[:_HANDLE_HEX_DIGITS]
+        with self._query("storing a span") as conn:
+            conn.execute(
+                f"INSERT INTO {_SPANS} (handle, sha256, conversation_id, span_start, span_end, "
+                "message_count, size, created_at, policy, summary, data) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (handle) DO NOTHING",
+                (
+                    handle,
+                    digest,
+                    conversation_id,
+                    start,
+                    start + count,
+                    count,
+                    len(data),
+                    time.time(),
+                    policy,
+                    summary,
+                    data,
+                ),
+            )
+            row = conn.execute(
+                f"SELECT {_META_COLUMNS} FROM {_SPANS} WHERE handle = %s", (handle,)
+            ).fetchone()
+        if row is None or row[1] != digest:
+            raise ArchiveError(
+                f"handle {handle} in archive {self.location} already holds a different span "
+                "(SHA-256 prefix collision); refusing to overwrite it",
+                path=self.location,
+                handle=handle,
+            )
+        return self._record(row)
+
+    def attach_summary(self, handle: str, summary: str) -> ArchivedSpan:
+        """Record (or replace) the summary that replaced an archived span; return the record."""
+        self._writable()
+        with self._query("attaching a summary") as conn:
+            row = conn.execute(
+                f"UPDATE {_SPANS} SET summary = %s WHERE handle = %s RETURNING {_META_COLUMNS}",
+                (summary, handle),
+            ).fetchone()
+        if row is None:
+            raise self._unknown(handle)
+        return self._record(row)
+
+    def get(self, handle: str) -> ArchivedSpan:
+        """The record of an archived span (metadata only); `ArchiveError` if unknown."""
+        with self._query("reading a span's record") as conn:
+            row = conn.execute(
+                f"SELECT {_META_COLUMNS} FROM {_SPANS} WHERE handle = %s", (handle,)
+            ).fetchone()
+        if row is None:
+            raise self._unknown(handle)
+        return self._record(row)
+
+    def recall_bytes(self, handle: str) -> bytes:
+        """The stored bytes of a span, byte for byte, after checking their SHA-256."""
+        with self._query("recalling a span") as conn:
+            row = conn.execute(
+                f"SELECT sha256, data FROM {_SPANS} WHERE handle = %s", (handle,)
+            ).fetchone()
+        if row is None:
+            raise self._unknown(handle)
+        digest, data = row[0], bytes(row[1])
+        if hashlib.sha256(data).hexdigest() != digest or not digest.startswith(
+            handle[len(HANDLE_PREFIX) :]
+        ):
+            raise ArchiveError(
+                f"archived span {handle} in archive {self.location} is corrupt: "
+                "its bytes no longer match their SHA-256",
+                path=self.location,
+                handle=handle,
+            )
+        return data
+
+    def spans(self, conversation_id: str | None = None) -> list[ArchivedSpan]:
+        """Records of every archived span (of one conversation when given), oldest first."""
+        query = f"SELECT {_META_COLUMNS} FROM {_SPANS}"
+        params: tuple[str, ...] = ()
+        if conversation_id is not None:
+            query += " WHERE conversation_id = %s"
+            params = (conversation_id,)
+        with self._query("listing spans") as conn:
+            rows = conn.execute(query + " ORDER BY stored", params).fetchall()
+        return [self._record(row) for row in rows]
+
+    def __contains__(self, handle: object) -> bool:
+        if not isinstance(handle, str):
+            return False
+        with self._query("looking a handle up") as conn:
+            row = conn.execute(f"SELECT 1 FROM {_SPANS} WHERE handle = %s", (handle,)).fetchone()
+        return row is not None
+
+    def __len__(self) -> int:
+        with self._query("counting spans") as conn:
+            row = conn.execute(f"SELECT count(*) FROM {_SPANS}").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def close(self) -> None:
+        """Close the connections; later calls raise `ArchiveError`. Closing twice is
+        harmless."""
+        self._closed = True
+        self._pool.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"PostgresArchive({self.location!r}, {state})"
