@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 
 from otel_compaction.ledger import LedgerSnapshot, Obligation
 from otel_compaction.policy import Policy
-from otel_compaction.reconcile import CallPair, pair_newest, reconcile_calls
+from otel_compaction.reconcile import DISAGREE, CallPair, CallState, pair_newest, reconcile_calls
 from otel_compaction.rules.base import Tracked
 from otel_compaction.rules.registry import RULES
 from otel_compaction.scans import RESULT_HEAD, MessageScans, Outcome
@@ -42,6 +42,8 @@ NEGATIVE_OUTCOMES = frozenset({"failure", "absence", "rejection"})
 # Kinds whose discharge the ledger records for transcript obligations (tool calls have their
 # own, richer comparison).
 _LEDGER_DISCHARGED = ("transaction", "retry", "commitment", "tool_result", "background_task")
+# The pairings of a tool-call record and its call that the comparison acts on.
+_COMPARED: frozenset[CallState] = DISAGREE | frozenset({"abandoned"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +330,7 @@ class Analysis:
                 )
         if calls:
             by_id = self.scans.calls_by_id(self.transcript.calls)
-            for pair in reconcile_calls(self.transcript, calls, by_id):
+            for pair in reconcile_calls(self.transcript, calls, by_id, only=_COMPARED):
                 self._compare(pair)
 
     def _discharged_by_ledger(self, tracked: list[Tracked]) -> list[Tracked]:

@@ -23,15 +23,15 @@ is given: no I/O, no locks, linear in the records and calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, TypeVar
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Literal, NamedTuple, TypeVar
 
 from otel_compaction.ledger import Obligation
 from otel_compaction.transcript import ToolCall, Transcript
 
 __all__ = [
     "AGREE",
+    "DISAGREE",
     "CallPair",
     "CallState",
     "by_id",
@@ -39,6 +39,7 @@ __all__ = [
     "pair_earliest",
     "pair_newest",
     "reconcile_calls",
+    "unpaired_calls",
 ]
 
 _T = TypeVar("_T")
@@ -62,9 +63,11 @@ CallState = Literal["open", "closed", "gone", "answered", "missing", "severed", 
 AGREE: frozenset[CallState] = frozenset({"open", "closed", "gone", "abandoned"})
 """The states in which the ledger and the transcript agree."""
 
+DISAGREE: frozenset[CallState] = frozenset({"answered", "missing", "severed"})
+"""The states in which they do not."""
 
-@dataclass(frozen=True, slots=True)
-class CallPair:
+
+class CallPair(NamedTuple):
     """One ledger tool-call record and the transcript call it pairs with (None: none does)."""
 
     record: Obligation
@@ -130,8 +133,11 @@ def reconcile_calls(
     transcript: Transcript,
     records: Iterable[Obligation],
     ordinals: Mapping[str, Sequence[int]] | None = None,
+    *,
+    only: Collection[CallState] | None = None,
 ) -> list[CallPair]:
-    """Every tool-call record of `records` with its transcript call and how they stand.
+    """Every tool-call record of `records` with its transcript call and how they stand (those
+    in the states `only` names, when given: the caller's, for a cheaper pass).
 
     Records of other kinds are skipped. The pairs come id by id (ids in the order of their
     first record), each id's in record order. `ordinals` is the transcript's call ordinals by
@@ -144,19 +150,44 @@ def reconcile_calls(
         ordinals = calls_by_id(transcript.calls)
     calls = transcript.calls
     out: list[CallPair] = []
+    append = out.append
     for call_id, recorded in grouped.items():
-        shown = [calls[o] for o in ordinals.get(call_id, ())]
-        for record, call in pair_newest(recorded, shown):
-            out.append(CallPair(record, call, _state(record, call)))
+        shown = ordinals.get(call_id, ())
+        offset = len(shown) - len(recorded)
+        for at, record in enumerate(recorded, offset):
+            # `pair_newest`, inlined: this runs for every record on every decision.
+            call = calls[shown[at]] if at >= 0 else None
+            if call is None:
+                state: CallState = "missing" if record.status is None else "gone"
+            elif record.status is None:
+                state = "open" if call.result is None else "answered"
+            elif call.result is not None:
+                state = "closed"
+            else:
+                state = "abandoned" if record.status == "abandoned" else "severed"
+            if only is None or state in only:
+                append(CallPair(record, call, state))
     return out
 
 
-def _state(record: Obligation, call: ToolCall | None) -> CallState:
-    if call is None:
-        return "missing" if record.is_open else "gone"
-    answered = call.result is not None
-    if record.is_open:
-        return "answered" if answered else "open"
-    if answered:
-        return "closed"
-    return "abandoned" if record.status == "abandoned" else "severed"
+def unpaired_calls(
+    transcript: Transcript,
+    records: Iterable[Obligation],
+    ordinals: Mapping[str, Sequence[int]] | None = None,
+) -> list[ToolCall]:
+    """The transcript's calls that no tool-call record of `records` pairs with (an id's
+    oldest calls beyond its records), in transcript order."""
+    if ordinals is None:
+        ordinals = calls_by_id(transcript.calls)
+    recorded = {call_id: len(found) for call_id, found in by_id(records).items()}
+    calls = transcript.calls
+    out: list[ToolCall] = []
+    for call_id, shown in ordinals.items():
+        surplus = len(shown) - recorded.get(call_id, 0)
+        out.extend(calls[o] for o in shown[: max(surplus, 0)])
+    out.sort(key=_ordinal)
+    return out
+
+
+def _ordinal(call: ToolCall) -> int:
+    return call.ordinal

@@ -20,11 +20,13 @@ from otel_compaction.instrumentation.detection import ConversationState, Severed
 from otel_compaction.ledger import Obligation, ObligationLedger, ResolutionStatus
 from otel_compaction.reconcile import (
     AGREE,
+    DISAGREE,
     by_id,
     calls_by_id,
     pair_earliest,
     pair_newest,
     reconcile_calls,
+    unpaired_calls,
 )
 from otel_compaction.transcript import ToolCall, Transcript
 
@@ -308,14 +310,17 @@ def test_a_stray_result_answers_the_record_left_without_a_call() -> None:
     assert found.severed == ()
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(40))
 def test_reconciling_twice_gives_the_same_pairs(seed: int) -> None:
     messages, ledger = _random_case(random.Random(seed))
     transcript = Transcript.parse(messages)
     records = ledger.snapshot(CONV).obligations
-    assert reconcile_calls(transcript, records) == reconcile_calls(
-        transcript, records, calls_by_id(transcript.calls)
-    )
+    everything = reconcile_calls(transcript, records)
+    assert everything == reconcile_calls(transcript, records, calls_by_id(transcript.calls))
+    assert reconcile_calls(transcript, records, only=DISAGREE) == [
+        pair for pair in everything if pair.state in DISAGREE
+    ]
+    assert {pair.state for pair in everything} <= AGREE | DISAGREE
 
 
 def test_langchain_messages_resolve_every_open_call_they_show_answered() -> None:
@@ -340,3 +345,10 @@ def test_langchain_messages_resolve_every_open_call_they_show_answered() -> None
     records = recorder.ledger.snapshot(CONV).obligations
     assert [r.status for r in records] == ["result", "error", None]
     assert resolve_from_messages(recorder, messages, CONV) == 0
+
+
+def test_calls_no_record_pairs_with_are_the_oldest_of_each_id() -> None:
+    transcript = Transcript.parse([call("c1"), call("c2"), call("c1"), call("c1"), call("c3")])
+    unpaired = unpaired_calls(transcript, [record(0, "c1"), record(1, "c1"), record(2, "c3")])
+    assert [(c.id, c.message_index) for c in unpaired] == [("c1", 0), ("c2", 1)]
+    assert unpaired_calls(transcript, []) == transcript.calls

@@ -45,7 +45,7 @@ from itertools import groupby
 from typing import Any, Generic, Literal, TypeVar
 
 from otel_compaction.ledger import Obligation
-from otel_compaction.reconcile import CallPair, pair_earliest, reconcile_calls
+from otel_compaction.reconcile import CallPair, CallState, pair_earliest, reconcile_calls
 from otel_compaction.transcript import Entry, ToolResult, Transcript
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "fingerprint",
 ]
 
+_OWED: frozenset[CallState] = frozenset({"answered", "missing"})  # what a request may change
 _SPAN_KEY = "span:"  # the span processor's id for a call whose id is not known yet
 
 K = TypeVar("K", bound=Hashable)
@@ -275,11 +276,10 @@ def check_request(
         return RequestFindings(compacted=compacted)
     resolutions: list[Resolution] = []
     severed: list[Severed] = []
-    names: dict[str, str] = {}
-    for call_id, pairs in groupby(reconcile_calls(transcript, owed, index.calls), _record_id):
+    pairs = reconcile_calls(transcript, owed, index.calls, only=_OWED)
+    for call_id, of_id in groupby(pairs, _record_id):
         missing: list[Obligation] = []
-        for pair in pairs:
-            names.setdefault(call_id, pair.record.name)
+        for pair in of_id:
             if pair.state == "answered" and pair.call is not None:
                 resolutions.append(_resolution(transcript.results[pair.call.result or 0]))
             elif pair.state == "missing":
@@ -302,7 +302,7 @@ def check_request(
     if full_history and loose:
         for call_id, results in loose.items():
             if state.reported_orphans.first(call_id, None):
-                name = names.get(call_id)
+                name = next((r.name for r in owed if r.id == call_id), None)
                 if name is None:
                     name = state.names.items.get(call_id, "")
                 orphans.append(Orphan(call_id, name, results[0].message_index))

@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMes
 
 from otel_compaction.context import current_conversation_id
 from otel_compaction.ledger import DEFAULT_CONVERSATION, ResolutionStatus
-from otel_compaction.reconcile import reconcile_calls
+from otel_compaction.reconcile import CallState, reconcile_calls
 from otel_compaction.tracing import ToolCallRecorder
 from otel_compaction.transcript import Transcript
 
@@ -38,6 +38,8 @@ __all__ = [
 _ROLE_OF_TYPE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 _CHAT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 THREAD_ID = "thread_id"
+
+_ANSWERED: tuple[CallState] = ("answered",)  # open in the ledger, answered in the messages
 
 SUMMARY_TAG = "otel_compaction:summary"
 """Tag on a summarizer's model runs: they are not the agent's turns, and never streamed."""
@@ -118,8 +120,8 @@ def resolve_from_messages(
         return 0
     transcript = Transcript.parse(to_openai_messages(messages))
     resolved = 0
-    for pair in reconcile_calls(transcript, owed):
-        if pair.state != "answered" or pair.call is None or pair.call.result is None:
+    for pair in reconcile_calls(transcript, owed, only=_ANSWERED):
+        if pair.call is None or pair.call.result is None:
             continue
         answer = messages[transcript.results[pair.call.result].message_index]
         if not isinstance(answer, ToolMessage):
