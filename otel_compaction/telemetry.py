@@ -31,7 +31,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -57,6 +57,7 @@ from otel_compaction.ledger import ObligationLedger, default_ledger
 from otel_compaction.metrics import CompactionMetrics
 from otel_compaction.policy import Policy
 from otel_compaction.rules import ObligationRef
+from otel_compaction.sources import ObligationSource, ObligationSources
 from otel_compaction.tracing import (
     LedgerSpanProcessor,
     ObligationSampler,
@@ -294,9 +295,13 @@ class Telemetry:
         self._meter_shutdown_millis: float = _SDK_SHUTDOWN_MILLIS
         self._shut_down = False
 
-    def gate(self, policy: Policy | str = "default") -> CompactionGate:
-        """A gate reading this ledger whose every decision is recorded as telemetry."""
-        gate = CompactionGate(policy, ledger=self.ledger)
+    def gate(
+        self, policy: Policy | str = "default", *, sources: Iterable[ObligationSource] = ()
+    ) -> CompactionGate:
+        """A gate reading this ledger (and `sources`, their disagreements with it counted in
+        these metrics) whose every decision is recorded as telemetry."""
+        consulted = ObligationSources(sources, metrics=self.metrics) if sources else None
+        gate = CompactionGate(policy, ledger=self.ledger, sources=consulted)
         gate.add_observer(self.decisions)
         return gate
 
