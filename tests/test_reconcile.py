@@ -326,8 +326,8 @@ def test_reconciling_twice_gives_the_same_pairs(seed: int) -> None:
 def test_langchain_messages_resolve_every_open_call_they_show_answered() -> None:
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
+    from otel_compaction import ToolCallRecorder
     from otel_compaction.integrations.langchain_messages import resolve_from_messages
-    from otel_compaction.tracing import ToolCallRecorder
 
     recorder = ToolCallRecorder(ledger=ObligationLedger())
     for _ in range(3):

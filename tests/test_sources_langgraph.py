@@ -34,7 +34,7 @@ try:
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.types import Command, interrupt
 
-    from otel_compaction.integrations.langchain_messages import to_openai_messages
+    from otel_compaction.integrations.langchain import to_openai_messages
     from otel_compaction.sources.langgraph import LangGraphSource
 except ImportError as error:  # pragma: no cover - the dev extra installs them
     MISSING: ImportError | None = error

@@ -35,7 +35,7 @@ try:
     from openai import AsyncOpenAI
     from test_openai_agents_integration import SUMMARY, CompactEndpoint, ScriptedModel, call, text
 
-    from otel_compaction.integrations.agents_session import CompactionGuardSession
+    from otel_compaction.integrations.openai_agents import CompactionGuardSession
     from otel_compaction.sources.openai_agents import AgentsSessionSource
 except ImportError as error:  # pragma: no cover - the dev extra installs them
     MISSING: ImportError | None = error

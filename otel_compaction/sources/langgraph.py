@@ -29,7 +29,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.pregel.protocol import PregelProtocol
 from langgraph.types import StateSnapshot
 
-from otel_compaction.integrations.langchain_messages import to_openai_messages
+from otel_compaction.integrations.langchain import to_openai_messages
 from otel_compaction.sources.base import SourceObligation, SourceReading
 from otel_compaction.transcript import Transcript
 
