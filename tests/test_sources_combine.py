@@ -122,21 +122,25 @@ def test_reused_ids_pair_newest_with_newest() -> None:
     assert [(r.id, r.is_open) for r in combined.added] == [("call_0", True)]
 
 
-def test_pending_work_is_open_unless_the_ledger_holds_it() -> None:
+def test_pending_work_is_open_unless_the_ledger_holds_it_open_or_discharged() -> None:
     ledger = ObligationLedger()
     ledger.open(CONV, "background_task", "held-open", name="export")
     ledger.open(CONV, "background_task", "discharged", name="export")
     ledger.resolve(CONV, "discharged", "abandoned", kind="background_task")
+    ledger.open(CONV, "background_task", "done-early", name="export")
+    ledger.resolve(CONV, "done-early", kind="background_task")
     work = tuple(
         SourceObligation("background_task", task, f"engine task {task}", "pending task")
-        for task in ("held-open", "discharged", "only-in-engine")
+        for task in ("held-open", "discharged", "done-early", "only-in-engine")
     )
     combined = combine(ledger.snapshot(CONV), [SourceReading("engine", CONV, pending=work)])
     assert [(d.direction, d.id) for d in combined.disagreements] == [
-        ("source_open", "only-in-engine")
+        ("source_open", "done-early"),
+        ("source_open", "only-in-engine"),
     ]
     assert [(r.kind, r.id, r.name) for r in combined.added] == [
-        ("background_task", "only-in-engine", "engine task only-in-engine")
+        ("background_task", "done-early", "engine task done-early"),
+        ("background_task", "only-in-engine", "engine task only-in-engine"),
     ]
 
 

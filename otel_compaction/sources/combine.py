@@ -14,9 +14,10 @@ engine's stored calls:
   engine will never show a result for it.
 
 Other work the engine holds open (interrupts, pending tasks, activities) is added as an open
-record of its kind unless the ledger holds a record of it: open (agreed) or discharged
-(``force_terminal`` recorded it). A source that cannot be read adds one open record for itself
-(``background_task`` ``<source>:unreadable``).
+record of its kind unless the ledger holds its latest record open (they agree) or discharged
+(``force_terminal`` recorded it); the ledger holding it done (a result or an error) while the
+engine still runs it is a ``source_open`` disagreement, and it is added. A source that cannot
+be read adds one open record for itself (``background_task`` ``<source>:unreadable``).
 
 The gate judges an added record as it judges the ledger's own: one that pairs with a call in the
 transcript makes the span live there; one with no place in the transcript (an interrupt, an
@@ -51,6 +52,7 @@ _log = logging.getLogger(__name__)
 
 Direction = Literal["ledger_open", "source_open"]
 
+_ANSWERED = frozenset({"result", "error"})  # resolved as done, not discharged by force
 _REMEMBERED = 4_096  # disagreements remembered so that each is counted once
 
 
@@ -129,7 +131,8 @@ def combine(snapshot: LedgerSnapshot, readings: Iterable[SourceReading]) -> Comb
                     )
                     add("tool_call", call.id, call.name, None)
         for pending in reading.pending:
-            if (pending.kind, pending.id) in latest:
+            known = latest.get((pending.kind, pending.id))
+            if known is not None and known.status not in _ANSWERED:
                 continue  # open in the ledger too, or discharged there
             disagreements.append(
                 Disagreement(source, "source_open", pending.kind, pending.id, pending.name)
