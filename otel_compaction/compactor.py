@@ -15,22 +15,13 @@ was, and the archive only ever holds whole, content-addressed spans.
 every obligation the refusal names (a call abandoned, a retry given up, a commitment withdrawn,
 a transaction rolled back, a stray result absorbed) through the ledger, so a retry proceeds.
 
-Deciding and applying runs under the ledger's `decision_lock` for the conversation: a lock
-in this process for the in-memory ledger; on a shared ledger a lock across the fleet that
-also remembers which transcript states were compacted, so that two workers holding the same
-transcript never both compact it (the second returns ``compacted=False`` and says why). To
-commit that only together with writing the new transcript back to the conversation's store,
-hold ``ledger.decision_lock(conversation_id)`` around both (the lock is re-entrant).
-
-An applied compaction is noted for its conversation (`otel_compaction.compactions`): the
+An applied compaction is noted for its conversation (`otel_compaction.telemetry.compactions`): the
 conversation's next auto-instrumented model request gets ``gen_ai.conversation.compacted``.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,21 +29,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 
-from otel_compaction import compactions, semconv
 from otel_compaction.analysis import Analysis
 from otel_compaction.archive import Archive
 from otel_compaction.context import current_conversation_id
 from otel_compaction.errors import CompactionError, CompactionRefused, LiveSpanCompactionError
 from otel_compaction.gate import CompactionGate, Decision, refusal_error
-from otel_compaction.ledger import (
-    DecisionTurn,
-    ObligationKind,
-    ObligationLedger,
-    ResolutionStatus,
-    default_ledger,
-)
+from otel_compaction.ledger import ObligationKind, ObligationLedger, ResolutionStatus
 from otel_compaction.policy import Policy
 from otel_compaction.rules import DISCHARGE, ObligationRef
 from otel_compaction.summarizers import (
@@ -63,7 +47,9 @@ from otel_compaction.summarizers import (
     retry_request,
     verify,
 )
-from otel_compaction.telemetry import Telemetry
+from otel_compaction.telemetry import compactions, semconv
+from otel_compaction.telemetry.configuration import Telemetry
+from otel_compaction.telemetry.scope import capture_content_enabled
 from otel_compaction.tokens import (
     MessageTokens,
     TokenCounter,
@@ -72,7 +58,6 @@ from otel_compaction.tokens import (
     default_token_counter,
     message_text,
 )
-from otel_compaction.tracing import capture_content_enabled
 from otel_compaction.transcript import OPENAI_RESPONSES, Transcript
 
 __all__ = [
@@ -86,9 +71,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_COMPACTED_ELSEWHERE = (
-    "another worker already compacted this transcript state; read the conversation again"
-)
 _MAX_HELD = 64  # spans remembered as held; a transcript rarely has more than a few
 _NO_SMALLER = "the summary is no smaller than the span"
 
@@ -169,7 +151,7 @@ class GuardedCompactor:
         if telemetry is not None:
             self.gate = telemetry.gate(policy)
         else:
-            self.gate = CompactionGate(policy, ledger=ledger or default_ledger())
+            self.gate = CompactionGate(policy, ledger=ledger or ObligationLedger())
         self.policy = self.gate.policy
         self.ledger: ObligationLedger = self.gate.ledger or ObligationLedger()
         self.archive = archive
@@ -240,23 +222,6 @@ class GuardedCompactor:
             )  # fmt: skip
         if critical is None:
             critical = before >= thresholds.critical * self.budget
-        # One decision at a time per conversation: across the fleet on a shared ledger.
-        with self.ledger.decision_lock(conversation_id or current_conversation_id()) as turn:
-            return self._decide_and_apply(
-                original, per_message, before, turn, conversation_id, critical, end
-            )
-
-    def _decide_and_apply(
-        self,
-        original: list[Any],
-        per_message: list[int],
-        before: int,
-        turn: DecisionTurn,
-        conversation_id: str | None,
-        critical: bool,
-        end: int | None,
-    ) -> CompactionResult:
-        thresholds = self.policy.thresholds
         analysis = self.gate.analyse(original, conversation_id=conversation_id)
         if end is None:
             span = self._pick_span(per_message, analysis.head, before)
@@ -289,31 +254,10 @@ class GuardedCompactor:
             decision = self._evaluate(analysis, (start, shorter), critical, conversation_id)
         if decision.action == "refuse":
             raise refusal_error(decision)
-        fingerprint = _fingerprint(original, decision.span[0]) if turn.shared else None
-        if fingerprint is not None and turn.compacted(fingerprint):
-            return CompactionResult(
-                original, False, decision, decision.span, tokens_before=before,
-                tokens_after=before, reason=_COMPACTED_ELSEWHERE,
-            )  # fmt: skip
         capture = self._capture_content()
-        with self._tracer.start_as_current_span(
-            semconv.APPLY_SPAN, kind=SpanKind.INTERNAL, record_exception=False,
-            set_status_on_exception=False,
-        ) as telemetry_span:  # fmt: skip
-            try:
-                result = self._apply(original, analysis.transcript, decision, before)
-            except Exception as exc:
-                # Its message names what the summary lost: content, kept only with capture on.
-                telemetry_span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
-                telemetry_span.set_status(Status(StatusCode.ERROR, str(exc) if capture else None))
-                if capture:
-                    telemetry_span.record_exception(exc)
-                raise
-            _record(telemetry_span, result, capture)
-        if result.compacted and result.decision is not None:
-            if fingerprint is not None:
-                turn.record(fingerprint)
-            compactions.note(result.decision.conversation_id)
+        with compactions.apply_span(self._tracer, capture) as telemetry_span:
+            result = self._apply(original, analysis.transcript, decision, before)
+            telemetry_span.record(result)
         return result
 
     def force_terminal(
@@ -522,13 +466,6 @@ class GuardedCompactor:
             current = retry_request(request, verification)
 
 
-def _fingerprint(messages: Sequence[Any], start: int) -> str:
-    """The transcript state a compaction from `start` replaces: its messages up to and
-    including the first one compacted (a stale copy of the transcript has the same)."""
-    text = json.dumps(messages[: start + 1], sort_keys=True, default=repr, ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def _summary_message(summary: str, transcript_format: str) -> dict[str, Any]:
     if transcript_format == OPENAI_RESPONSES:
         return {
@@ -537,31 +474,3 @@ def _summary_message(summary: str, transcript_format: str) -> dict[str, Any]:
             "content": [{"type": "input_text", "text": summary}],
         }
     return {"role": "user", "content": summary}
-
-
-def _record(span: trace.Span, result: CompactionResult, capture: bool) -> None:
-    decision = result.decision
-    attributes: dict[str, Any] = {
-        semconv.TOKENS_BEFORE: result.tokens_before,
-        semconv.TOKENS_AFTER: result.tokens_after,
-        semconv.COMPACTED: result.compacted,
-        semconv.SUMMARY_ATTEMPTS: result.attempts,
-        semconv.VERIFIED: bool(result.verification and result.verification.ok),
-    }
-    if decision is not None:
-        attributes[semconv.ACTION] = decision.action
-        if decision.conversation_id:
-            attributes[semconv.GEN_AI_CONVERSATION_ID] = decision.conversation_id
-    if result.span is not None:
-        attributes[semconv.SPAN_START], attributes[semconv.SPAN_END] = result.span
-    if result.archive_handle:
-        attributes[semconv.ARCHIVE_HANDLE] = result.archive_handle
-    if not result.compacted:
-        attributes[semconv.HOLD_REASON] = result.reason
-    span.set_attributes(attributes)
-    verification = result.verification
-    if not result.compacted and verification is not None and not verification.ok:
-        span.add_event(
-            semconv.EVENT_SUMMARY_REJECTED,
-            {semconv.MISSING: list(verification.describe() if capture else verification.outline())},
-        )

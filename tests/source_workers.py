@@ -17,7 +17,7 @@ from typing import Any
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_compaction.metrics import CompactionMetrics
+from otel_compaction.telemetry.metrics import CompactionMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -38,8 +38,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.trace import SpanKind
 from telemetry_harness import make_pipeline
 
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation import CompactionInstrumentor
+from otel_compaction.telemetry import semconv as sc
 
 Order = Literal["compaction-first", "openai-v2-first"]
 

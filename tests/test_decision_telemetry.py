@@ -25,7 +25,7 @@ from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the f
 )
 
 from otel_compaction import CompactionRefused, OpenObligationError, conversation
-from otel_compaction import semconv as sc
+from otel_compaction.telemetry import semconv as sc
 
 EVALUATE = "compaction.evaluate"
 

@@ -30,8 +30,8 @@ from opentelemetry.trace import StatusCode
 from pydantic import SecretStr
 from telemetry_harness import Pipeline, ledger_rows, make_pipeline
 
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation import CompactionInstrumentor
+from otel_compaction.telemetry import semconv as sc
 
 try:
     from agents import (
@@ -51,10 +51,10 @@ try:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
+    from otel_compaction.instrumentation import mcp as mcp_integration
     from otel_compaction.integrations import langchain as lc
-    from otel_compaction.integrations import mcp as mcp_integration
     from otel_compaction.integrations import openai_agents, outer_call
-    from otel_compaction.integrations.agents_tracing import ObligationTracingProcessor
+    from otel_compaction.integrations.openai_agents.tracing import ObligationTracingProcessor
 except ImportError as error:
     MISSING: ImportError | None = error
 else:

@@ -31,8 +31,8 @@ from otlp_receiver import (  # noqa: F401 - the fixture import registers the fix
     otlp_http_receiver_fixture,
 )
 
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation.conversation import derived_id
+from otel_compaction.telemetry import semconv as sc
 
 AGENT = '''\
 """A tool-using agent with its own compactor. No telemetry code."""

@@ -327,7 +327,7 @@ def test_langchain_messages_resolve_every_open_call_they_show_answered() -> None
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
     from otel_compaction import ToolCallRecorder
-    from otel_compaction.integrations.langchain_messages import resolve_from_messages
+    from otel_compaction.integrations.langchain.messages import resolve_from_messages
 
     recorder = ToolCallRecorder(ledger=ObligationLedger())
     for _ in range(3):

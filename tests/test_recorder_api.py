@@ -23,8 +23,8 @@ from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the f
 )
 
 from otel_compaction import conversation
-from otel_compaction import semconv as sc
 from otel_compaction.ledger import ObligationLedger
+from otel_compaction.telemetry import semconv as sc
 
 ARGS = "gen_ai.tool.call.arguments"
 RESULT = "gen_ai.tool.call.result"

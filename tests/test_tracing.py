@@ -23,7 +23,7 @@ from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the f
 )
 
 from otel_compaction import conversation
-from otel_compaction import semconv as sc
+from otel_compaction.telemetry import semconv as sc
 
 OPEN = sc.METRIC_OPEN_OBLIGATIONS
 AGE = "compaction.obligation.age"

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.trace import Span, TracerProvider
 
-from otel_compaction import semconv
+from otel_compaction.telemetry import semconv
 
 __all__ = ["InferenceWatch", "Watched", "adoptable", "is_inference_span", "watch", "watching"]
 

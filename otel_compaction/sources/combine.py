@@ -44,7 +44,7 @@ from otel_compaction.reconcile import reconcile_calls, unpaired_calls
 from otel_compaction.sources.base import ObligationSource, SourceReading
 
 if TYPE_CHECKING:
-    from otel_compaction.metrics import CompactionMetrics
+    from otel_compaction.telemetry.metrics import CompactionMetrics
 
 __all__ = ["Combined", "Disagreement", "ObligationSources", "combine", "unreadable"]
 
@@ -218,7 +218,7 @@ class ObligationSources:
         try:
             metrics = self._metrics
             if metrics is None:
-                from otel_compaction.metrics import CompactionMetrics
+                from otel_compaction.telemetry.metrics import CompactionMetrics
 
                 metrics = self._metrics = CompactionMetrics()
             for d in fresh:

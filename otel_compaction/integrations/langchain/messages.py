@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMes
 from otel_compaction.context import current_conversation_id
 from otel_compaction.ledger import DEFAULT_CONVERSATION, ResolutionStatus
 from otel_compaction.reconcile import CallState, reconcile_calls
-from otel_compaction.tracing import ToolCallRecorder
+from otel_compaction.recorder import ToolCallRecorder
 from otel_compaction.transcript import Transcript
 
 __all__ = [
