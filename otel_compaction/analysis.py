@@ -22,6 +22,7 @@ from typing import Any, TypeVar, cast
 
 from otel_compaction.ledger import LedgerSnapshot, Obligation
 from otel_compaction.policy import Policy
+from otel_compaction.reconcile import DISAGREE, CallPair, CallState, pair_newest, reconcile_calls
 from otel_compaction.rules.base import Tracked
 from otel_compaction.rules.registry import RULES
 from otel_compaction.scans import RESULT_HEAD, MessageScans, Outcome
@@ -41,6 +42,8 @@ NEGATIVE_OUTCOMES = frozenset({"failure", "absence", "rejection"})
 # Kinds whose discharge the ledger records for transcript obligations (tool calls have their
 # own, richer comparison).
 _LEDGER_DISCHARGED = ("transaction", "retry", "commitment", "tool_result", "background_task")
+# The pairings of a tool-call record and its call that the comparison acts on.
+_COMPARED: frozenset[CallState] = DISAGREE | frozenset({"abandoned"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,26 +317,21 @@ class Analysis:
     # -- the ledger against the transcript ---------------------------------------------------
 
     def _match_ledger(self, ledger: LedgerSnapshot) -> None:
-        """Pair ledger tool-call records with transcript calls of the same id, newest with
-        newest (older calls may already have been compacted out of the transcript); keep the
-        other kinds' records for `_discharged_by_ledger`."""
-        records: dict[str, list[Obligation]] = {}
+        """Pair ledger tool-call records with transcript calls (`otel_compaction.reconcile`:
+        newest with newest) and keep what disagrees; keep the other kinds' records for
+        `_discharged_by_ledger`."""
+        calls: list[Obligation] = []
         for record in ledger.obligations:
             if record.kind == "tool_call":
-                records.setdefault(record.id, []).append(record)
+                calls.append(record)
             else:
                 self._ledger_records.setdefault(record.kind, {}).setdefault(record.id, []).append(
                     record
                 )
-        if not records:
-            return
-        by_id = self.scans.calls_by_id(self.transcript.calls)
-        for call_id, recorded in records.items():
-            calls = [self.transcript.calls[o] for o in by_id.get(call_id, ())]
-            offset = len(calls) - len(recorded)
-            for position, record in enumerate(recorded):
-                index = offset + position
-                self._compare(record, calls[index] if index >= 0 else None)
+        if calls:
+            by_id = self.scans.calls_by_id(self.transcript.calls)
+            for pair in reconcile_calls(self.transcript, calls, by_id, only=_COMPARED):
+                self._compare(pair)
 
     def _discharged_by_ledger(self, tracked: list[Tracked]) -> list[Tracked]:
         """Resolve transcript obligations the ledger records as discharged (newest with
@@ -346,38 +344,32 @@ class Analysis:
         out = list(tracked)
         for kind in _LEDGER_DISCHARGED:
             for obligation_id, recorded in self._ledger_records.get(kind, {}).items():
-                positions = by_key.get((kind, obligation_id), [])
-                offset = len(positions) - len(recorded)
-                for at, record in enumerate(recorded):
-                    index = offset + at
-                    if index < 0:
+                for record, at in pair_newest(recorded, by_key.get((kind, obligation_id), [])):
+                    if at is None:
                         if record.is_open:
                             self.ledger_only.append(record)
-                        continue
-                    if not record.is_open:
-                        o = out[positions[index]]
-                        out[positions[index]] = replace(
-                            o, resolved=o.opened, status=record.status or "result"
-                        )
+                    elif not record.is_open:
+                        o = out[at]
+                        out[at] = replace(o, resolved=o.opened, status=record.status or "result")
         for kind, by_id in self._ledger_records.items():
             if kind in _LEDGER_DISCHARGED:
                 continue
             self.ledger_only.extend(r for rs in by_id.values() for r in rs if r.is_open)
         return out
 
-    def _compare(self, record: Obligation, call: ToolCall | None) -> None:
-        if call is None:
-            if record.is_open:
-                self.ledger_conflicts.append(
-                    LedgerConflict(
-                        "ledger_mismatch", record.kind, record.id, record.name, None,
-                        "open in the ledger, but its call is not in the transcript",
-                        record.sequence,
-                    )
-                )  # fmt: skip
+    def _compare(self, pair: CallPair) -> None:
+        record, call, state = pair.record, pair.call, pair.state
+        if state == "missing":
+            self.ledger_conflicts.append(
+                LedgerConflict(
+                    "ledger_mismatch", record.kind, record.id, record.name, None,
+                    "open in the ledger, but its call is not in the transcript",
+                    record.sequence,
+                )
+            )  # fmt: skip
+        elif call is None:  # gone: closed, then compacted away
             return
-        in_transcript = call.result is not None
-        if record.is_open and in_transcript:
+        elif state == "answered":
             result = self.transcript.results[call.result or 0]
             self.ledger_conflicts.append(
                 LedgerConflict(
@@ -387,9 +379,9 @@ class Analysis:
                     record.sequence,
                 )
             )  # fmt: skip
-        elif record.status == "abandoned" and not in_transcript:
+        elif state == "abandoned":
             self.abandoned.add(call.ordinal)
-        elif not record.is_open and not in_transcript:
+        elif state == "severed":
             self.ledger_conflicts.append(
                 LedgerConflict(
                     "severed_obligation", record.kind, record.id, call.name, call.message_index,

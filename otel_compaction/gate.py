@@ -12,7 +12,9 @@
    blocking position: defer, compacting that older span and holding the live one verbatim.
 4. Otherwise refuse: raise `CompactionRefused` naming every open obligation.
 
-The ledger of the conversation is cross-checked on every evaluation. An obligation the
+The ledger of the conversation is cross-checked on every evaluation, combined with what the
+gate's obligation sources (`otel_compaction.sources`) read from the engines that own the work
+just before it: open in either means open. An obligation the
 ledger reports orphaned (its owner, another worker of a shared ledger, stopped heartbeating)
 never resolves by itself: a span over it is refused, not deferred, naming it and how to
 discharge it (`Decision.orphaned`). Observers registered with
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -37,9 +39,10 @@ from otel_compaction.errors import (
     OpenObligationError,
 )
 from otel_compaction.incremental import DEFAULT_MAX_CONVERSATIONS, AnalysisCache
-from otel_compaction.ledger import ObligationLedger, Orphan
+from otel_compaction.ledger import DEFAULT_CONVERSATION, LedgerSnapshot, ObligationLedger, Orphan
 from otel_compaction.policy import Policy
 from otel_compaction.rules import RULES, Finding, ObligationRef, SpanView, run_rules
+from otel_compaction.sources import ObligationSource, ObligationSources, SourceReading
 from otel_compaction.transcript import Transcript
 
 __all__ = ["Action", "CompactionGate", "Decision", "MustCarry", "SpanError"]
@@ -231,12 +234,15 @@ class CompactionGate:
         *,
         ledger: ObligationLedger | None = None,
         incremental: bool = True,
+        sources: Iterable[ObligationSource] | ObligationSources | None = None,
     ) -> None:
         """Create a gate.
 
         Args:
             policy: a `Policy`, a built-in policy name or a policy file path.
             ledger: the live obligation ledger to cross-check; None for transcript-only checks.
+            sources: engines read before every decision (`otel_compaction.sources`), combined
+                with the ledger: open in either means open.
             incremental: keep each conversation's parse and scans between evaluations, so
                 that a transcript which only grew costs its new messages (see
                 `otel_compaction.incremental`); as many conversations as the ledger keeps.
@@ -248,6 +254,12 @@ class CompactionGate:
         if incremental:
             bound = ledger.max_conversations if ledger is not None else DEFAULT_MAX_CONVERSATIONS
             self.cache = AnalysisCache(bound)
+        self.sources: ObligationSources | None = None
+        """The obligation sources consulted before every decision (None: the ledger only)."""
+        if sources is not None:
+            self.sources = (
+                sources if isinstance(sources, ObligationSources) else ObligationSources(sources)
+            )
         self._observers: list[Observer] = []
 
     def add_observer(self, observer: Observer) -> None:
@@ -259,15 +271,22 @@ class CompactionGate:
         transcript: Transcript | Sequence[Mapping[str, Any]],
         *,
         conversation_id: str | None = None,
+        readings: Sequence[SourceReading] | None = None,
     ) -> Analysis:
         """Parse (if needed) and analyse `transcript` against the conversation's ledger
-        (`conversation_id`, else the current conversation scope). A list of messages is
-        analysed incrementally: only what was appended since this conversation's last
-        analysis is parsed and scanned."""
+        (`conversation_id`, else the current conversation scope), combined with what the
+        gate's sources read now (or the `readings` a caller on an event loop read for it). A
+        list of messages is analysed incrementally: only what was appended since this
+        conversation's last analysis is parsed and scanned."""
         conversation_id = conversation_id or current_conversation_id()
         snapshot = None
         if self.ledger is not None:
             snapshot = self.ledger.snapshot(conversation_id)
+        if self.sources:
+            key = conversation_id or DEFAULT_CONVERSATION
+            if readings is None:
+                readings = self.sources.read(key)
+            snapshot = self.sources.combine(snapshot or LedgerSnapshot(key, ()), readings).snapshot
         if isinstance(transcript, Transcript):
             return Analysis.build(transcript, self.policy, snapshot)
         if self.cache is None:
@@ -284,6 +303,7 @@ class CompactionGate:
         conversation_id: str | None = None,
         addressable: bool = False,
         raise_on_refuse: bool = True,
+        readings: Sequence[SourceReading] | None = None,
     ) -> Decision:
         """Decide on compacting messages ``start..end-1``.
 
@@ -296,6 +316,8 @@ class CompactionGate:
                 conversation scope when None.
             addressable: the span will be archived verbatim (reversible compaction).
             raise_on_refuse: raise the refusal (the default) instead of returning it.
+            readings: what the gate's sources read, when the caller read them (on its event
+                loop: `ObligationSources.aread`); read now when None.
 
         Raises:
             CompactionRefused: the span is live and cannot be deferred (when
@@ -307,7 +329,7 @@ class CompactionGate:
         analysis = (
             transcript
             if isinstance(transcript, Analysis)
-            else self.analyse(transcript, conversation_id=conversation_id)
+            else self.analyse(transcript, conversation_id=conversation_id, readings=readings)
         )
         decision = _decide(
             analysis,

@@ -3,9 +3,10 @@ requests the agent sends and the tool calls the model emits.
 
 For each request, given the conversation's open obligations and the request's parsed messages:
 
-* **resolutions**: the tool results that answer calls the ledger holds open. A result answers
-  the most recent calls of its id (ids are reused); a result whose call is gone from the
-  messages still answers an open call of its id (the tool did run).
+* **resolutions**: the tool results that answer calls the ledger holds open. The ledger's
+  records pair with the request's calls by `otel_compaction.reconcile`'s rule (same id, newest
+  with newest: ids are reused); a result whose call is gone from the messages still answers
+  the earliest open call of its id left without a call (the tool did run).
 * **severed**: a tool call the ledger holds open that the request carries neither as a call nor
   as a result: compaction cut it while it was owed.
 * **orphaned**: a tool result with no call of its id before it in the request.
@@ -40,10 +41,12 @@ import hashlib
 import json
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any, Generic, Literal, TypeVar
 
 from otel_compaction.ledger import Obligation
-from otel_compaction.transcript import Entry, ToolCall, ToolResult, Transcript
+from otel_compaction.reconcile import CallPair, CallState, pair_earliest, reconcile_calls
+from otel_compaction.transcript import Entry, ToolResult, Transcript
 
 __all__ = [
     "ConversationState",
@@ -59,6 +62,7 @@ __all__ = [
     "fingerprint",
 ]
 
+_OWED: frozenset[CallState] = frozenset({"answered", "missing"})  # what a request may change
 _SPAN_KEY = "span:"  # the span processor's id for a call whose id is not known yet
 
 K = TypeVar("K", bound=Hashable)
@@ -256,10 +260,11 @@ def check_request(
 ) -> RequestFindings:
     """Resolutions, severed calls and orphaned results of one request (see the module), given
     the conversation's open obligations in the order they were opened."""
-    owed: dict[str, list[Obligation]] = {}
-    for record in open_obligations:
-        if record.is_open and record.kind == "tool_call" and not record.id.startswith(_SPAN_KEY):
-            owed.setdefault(record.id, []).append(record)
+    owed = [
+        record
+        for record in open_obligations
+        if record.is_open and record.kind == "tool_call" and not record.id.startswith(_SPAN_KEY)
+    ]
     index = state.index
     _remember_pairs(transcript, index.update(transcript), state)
     compacted = False
@@ -269,42 +274,43 @@ def check_request(
     loose = index.loose
     if not owed and not loose:
         return RequestFindings(compacted=compacted)
-    present: dict[str, list[ToolCall]] = {}
-    for call_id in owed:
-        ordinals = index.calls.get(call_id)
-        if ordinals is not None:
-            present[call_id] = [transcript.calls[ordinal] for ordinal in ordinals]
     resolutions: list[Resolution] = []
     severed: list[Severed] = []
-    for call_id, records in owed.items():
-        calls = present.get(call_id)
-        if calls:
-            # The open records are the latest emissions of this id: its last calls.
-            resolutions.extend(
-                _resolution(transcript.results[call.result])
-                for call in calls[-len(records) :]
-                if call.result is not None
-            )
-        elif call_id in loose:
-            for result in loose[call_id][: len(records)]:
-                resolutions.append(_resolution(result))
-                fingerprinted = state.pending.items.pop(call_id, None)
-                if fingerprinted is not None:
-                    state.resolved.first(fingerprinted, call_id)
-        elif full_history:
+    pairs = reconcile_calls(transcript, owed, index.calls, only=_OWED)
+    for call_id, of_id in groupby(pairs, _record_id):
+        missing: list[Obligation] = []
+        for pair in of_id:
+            if pair.state == "answered" and pair.call is not None:
+                resolutions.append(_resolution(transcript.results[pair.call.result or 0]))
+            elif pair.state == "missing":
+                missing.append(pair.record)
+        # A result whose call is gone still answers an open call of its id (the tool ran):
+        # the earliest, as the ledger resolves it.
+        answered = pair_earliest(missing, loose.get(call_id, ()))
+        for _record, result in answered:
+            resolutions.append(_resolution(result))
+            fingerprinted = state.pending.items.pop(call_id, None)
+            if fingerprinted is not None:
+                state.resolved.first(fingerprinted, call_id)
+        if full_history:
             severed.extend(
                 Severed(call_id, record.name, record.sequence)
-                for record in records
+                for record in missing[len(answered) :]
                 if state.reported_severed.first(record.sequence, None)
             )
     orphans: list[Orphan] = []
     if full_history and loose:
         for call_id, results in loose.items():
             if state.reported_orphans.first(call_id, None):
-                known = owed.get(call_id)
-                name = known[0].name if known else state.names.items.get(call_id, "")
+                name = next((r.name for r in owed if r.id == call_id), None)
+                if name is None:
+                    name = state.names.items.get(call_id, "")
                 orphans.append(Orphan(call_id, name, results[0].message_index))
     return RequestFindings(tuple(resolutions), tuple(severed), tuple(orphans), compacted)
+
+
+def _record_id(pair: CallPair) -> str:
+    return pair.record.id
 
 
 def check_response(calls: Sequence[EmittedCall], state: ConversationState) -> tuple[Duplicate, ...]:

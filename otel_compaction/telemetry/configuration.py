@@ -31,7 +31,7 @@ import os
 import threading
 import types
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -54,6 +54,7 @@ from otel_compaction.gate import CompactionGate
 from otel_compaction.ledger import ObligationLedger, default_ledger
 from otel_compaction.policy import Policy
 from otel_compaction.recorder import ToolCallRecorder
+from otel_compaction.sources import ObligationSource, ObligationSources
 from otel_compaction.telemetry.decisions import DecisionTelemetry, SeveredObligations
 from otel_compaction.telemetry.metrics import CompactionMetrics
 from otel_compaction.telemetry.processor import LedgerSpanProcessor
@@ -109,9 +110,13 @@ class Telemetry:
         self._meter_shutdown_millis: float = _SDK_SHUTDOWN_MILLIS
         self._shut_down = False
 
-    def gate(self, policy: Policy | str = "default") -> CompactionGate:
-        """A gate reading this ledger whose every decision is recorded as telemetry."""
-        gate = CompactionGate(policy, ledger=self.ledger)
+    def gate(
+        self, policy: Policy | str = "default", *, sources: Iterable[ObligationSource] = ()
+    ) -> CompactionGate:
+        """A gate reading this ledger (and `sources`, their disagreements with it counted in
+        these metrics) whose every decision is recorded as telemetry."""
+        consulted = ObligationSources(sources, metrics=self.metrics) if sources else None
+        gate = CompactionGate(policy, ledger=self.ledger, sources=consulted)
         gate.add_observer(self.decisions)
         return gate
 

@@ -1,5 +1,5 @@
 """The instruments: open obligations, their age, decisions, deferral pressure, severed and
-duplicate calls, orphaned results and ledger overflow.
+duplicate calls, orphaned results, ledger overflow and disagreements with obligation sources.
 
 `CompactionMetrics.watch` subscribes the instruments to a ledger, so every way an obligation
 is opened or resolved (recorder, span processor, auto-instrumentation) is counted once, where
@@ -78,6 +78,12 @@ class CompactionMetrics:
             unit="{obligation}",
             description="Open obligations dropped because the ledger reached its bound.",
         )
+        self.source_disagreements = meter.create_counter(
+            semconv.METRIC_SOURCE_DISAGREEMENTS,
+            unit="{obligation}",
+            description="Obligations an engine holds open that the ledger holds closed or not "
+            "at all, and the reverse (each counted once).",
+        )
 
     def watch(self, ledger: ObligationLedger) -> None:
         """Observe `ledger`: its open obligations from now on as they are, and the ages and
@@ -87,6 +93,17 @@ class CompactionMetrics:
                 return
             self._observed.ledgers.append(ledger)
         ledger.subscribe(on_resolve=self._resolved, on_overflow=self._overflowed)
+
+    def record_disagreement(self, source: str, direction: str, kind: str) -> None:
+        """Count one disagreement between an obligation source and the ledger."""
+        self.source_disagreements.add(
+            1,
+            {
+                semconv.SOURCE_NAME: source,
+                semconv.SOURCE_DISAGREEMENT: direction,
+                semconv.OBLIGATION_KIND: kind,
+            },
+        )
 
     def _resolved(self, record: Obligation) -> None:
         status = record.status

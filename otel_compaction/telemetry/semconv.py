@@ -115,6 +115,12 @@ METRIC_SEVERED: Final = "compaction.obligations.severed"
 METRIC_LEDGER_OVERFLOW: Final = "compaction.ledger.overflow"
 METRIC_ORPHANED_OBLIGATIONS: Final = "compaction.obligations.orphaned"
 """Open obligations of a shared ledger whose owner stopped heartbeating (the fleet's count)."""
+METRIC_SOURCE_DISAGREEMENTS: Final = "compaction.sources.disagreements"
+"""Obligations an engine (an obligation source) and the ledger disagree about, counted once."""
+SOURCE_NAME: Final = "compaction.source.name"
+"""The obligation source: ``langgraph``, ``openai_agents``, ``temporal``."""
+SOURCE_DISAGREEMENT: Final = "compaction.source.disagreement"
+"""``ledger_open`` (the engine shows it closed) or ``source_open`` (the ledger does)."""
 
 # -- auto-instrumentation: model requests and passive detection ---------------------------------
 MODEL_REQUEST_SPAN: Final = "compaction.model_request"

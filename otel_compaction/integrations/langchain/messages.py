@@ -20,8 +20,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMessage
 
 from otel_compaction.context import current_conversation_id
-from otel_compaction.ledger import ResolutionStatus
+from otel_compaction.ledger import DEFAULT_CONVERSATION, ResolutionStatus
+from otel_compaction.reconcile import CallState, reconcile_calls
 from otel_compaction.recorder import ToolCallRecorder
+from otel_compaction.transcript import Transcript
 
 __all__ = [
     "SUMMARY_TAG",
@@ -36,6 +38,8 @@ __all__ = [
 _ROLE_OF_TYPE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 _CHAT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 THREAD_ID = "thread_id"
+
+_ANSWERED: tuple[CallState] = ("answered",)  # open in the ledger, answered in the messages
 
 SUMMARY_TAG = "otel_compaction:summary"
 """Tag on a summarizer's model runs: they are not the agent's turns, and never streamed."""
@@ -107,13 +111,24 @@ def answered_calls(messages: Sequence[BaseMessage]) -> dict[str, ToolMessage]:
 def resolve_from_messages(
     recorder: ToolCallRecorder, messages: Sequence[BaseMessage], conversation_id: str | None
 ) -> int:
-    """Resolve, through `recorder`, each open call that `messages` show answered; return how
-    many were resolved. A ``ToolMessage`` with status ``error`` resolves its call as an error."""
+    """Resolve, through `recorder`, each open call that `messages` show answered (its ledger
+    record pairs with an answered call: `otel_compaction.reconcile`); return how many were
+    resolved. A ``ToolMessage`` with status ``error`` resolves its call as an error."""
+    conversation = conversation_id or current_conversation_id() or DEFAULT_CONVERSATION
+    owed = recorder.ledger.open_obligations(conversation)
+    if not owed:
+        return 0
+    transcript = Transcript.parse(to_openai_messages(messages))
     resolved = 0
-    for call_id, answer in answered_calls(messages).items():
+    for pair in reconcile_calls(transcript, owed, only=_ANSWERED):
+        if pair.call is None or pair.call.result is None:
+            continue
+        answer = messages[transcript.results[pair.call.result].message_index]
+        if not isinstance(answer, ToolMessage):
+            continue
         status: ResolutionStatus = "error" if answer.status == "error" else "result"
         if recorder.resolve(
-            call_id, answer.content, status=status, conversation_id=conversation_id
+            pair.record.id, answer.content, status=status, conversation_id=conversation_id
         ):
             resolved += 1
     return resolved

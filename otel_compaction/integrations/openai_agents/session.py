@@ -20,6 +20,10 @@ compaction of a response chain covers them), and evaluates `CompactionGate` over
 * with ``on_open="refuse"``: the gate is asked as for a critical budget (compact or refuse)
   and a refusal raises `CompactionRefused` (`OpenObligationError`) naming the obligations.
 
+The gate's obligation sources (`otel_compaction.sources`: the session store itself, read by
+another worker, a LangGraph checkpointer, Temporal) are read on the session's event loop just
+before each decision.
+
 Every other operation (reads, writes, the SDK's private compaction hooks) goes to the wrapped
 session unchanged, so the Runner's own bookkeeping keeps working. The conversation whose
 ledger is consulted is `conversation_id`, else the current `conversation` scope, else the
@@ -38,6 +42,8 @@ from agents.memory import Session, SessionABC
 
 from otel_compaction.context import current_conversation_id
 from otel_compaction.gate import CompactionGate, Decision, SpanError, refusal_error
+from otel_compaction.reconcile import CallState, reconcile_calls
+from otel_compaction.sources import SourceReading
 from otel_compaction.transcript import Transcript
 
 __all__ = ["CompactionGuardSession", "OnOpen"]
@@ -49,6 +55,7 @@ OnOpen = Literal["defer", "refuse"]
 # Read the whole history, as the SDK does for a manual compaction (a default retrieval limit
 # would hide the calls whose results are in view).
 _ALL_ITEMS = 2_147_483_647
+_NOT_STORED: tuple[CallState] = ("missing",)  # open in the ledger, no stored call pairs with it
 
 
 class CompactionGuardSession(SessionABC):
@@ -153,7 +160,7 @@ class CompactionGuardSession(SessionABC):
         """
         items = await self._items()
         try:
-            decision = self._decide(items)
+            decision = self._decide(items, await self._readings())
         except Exception:
             # Unreadable history, or a failure of the gate: holding the history verbatim
             # loses nothing, compacting it unchecked might.
@@ -184,16 +191,22 @@ class CompactionGuardSession(SessionABC):
         Raises:
             TranscriptError: a stored item cannot be read as a transcript message.
         """
-        return self._decide(await self._items())
+        return self._decide(await self._items(), await self._readings())
 
     async def _items(self) -> list[Any]:
         return list(await self.get_items(_ALL_ITEMS))
 
-    def _decide(self, items: list[Any]) -> Decision | None:
+    async def _readings(self) -> list[SourceReading] | None:
+        """The gate's obligation sources, read on this event loop (None: it has none)."""
+        sources = self.gate.sources
+        if not sources:
+            return None
+        return await sources.aread(self._conversation())
+
+    def _decide(self, items: list[Any], readings: list[SourceReading] | None) -> Decision | None:
         conversation = self._conversation()
         transcript = Transcript.parse(items)
-        known = {call.id for call in transcript.calls}
-        in_flight = self._in_flight(conversation, known)
+        in_flight = self._in_flight(conversation, transcript)
         if in_flight:
             transcript = Transcript.parse(items + in_flight)
         decision: Decision | None = None
@@ -206,6 +219,7 @@ class CompactionGuardSession(SessionABC):
                     critical=self.on_open == "refuse",
                     conversation_id=conversation,
                     raise_on_refuse=False,
+                    readings=readings,
                 )
             except SpanError:  # nothing outside the protected head
                 decision = None
@@ -215,16 +229,23 @@ class CompactionGuardSession(SessionABC):
     def _conversation(self) -> str:
         return self.conversation_id or current_conversation_id() or self.session_id
 
-    def _in_flight(self, conversation: str, known: set[str]) -> list[dict[str, Any]]:
-        """Tool calls open in the ledger that the stored items do not show, as the Responses
-        items they will be stored as."""
+    def _in_flight(self, conversation: str, transcript: Transcript) -> list[dict[str, Any]]:
+        """Tool calls open in the ledger that the stored items do not show (no call pairs
+        with their record: `otel_compaction.reconcile`), as the Responses items they will be
+        stored as."""
         ledger = self.gate.ledger
         if ledger is None:
             return []
         return [
-            {"type": "function_call", "call_id": record.id, "name": record.name, "arguments": ""}
-            for record in ledger.snapshot(conversation).open()
-            if record.kind == "tool_call" and record.id not in known
+            {
+                "type": "function_call",
+                "call_id": pair.record.id,
+                "name": pair.record.name,
+                "arguments": "",
+            }
+            for pair in reconcile_calls(
+                transcript, ledger.open_obligations(conversation), only=_NOT_STORED
+            )
         ]
 
 
