@@ -6,10 +6,11 @@ spans) and reports what compaction lost (severed calls, orphaned results). When 
 complete it opens one obligation per emitted tool call through the recorder (an
 ``execute_tool`` span, parented like the request and linked to it) and reports duplicates.
 
-The request span is the inference span another GenAI instrumentation made for the request when
-it is current (`_inference.adoptable`: opentelemetry-instrumentation-openai-v2's ``chat``
-span): the exchange adds its attributes and events to it and leaves the rest (its name, its
-``gen_ai.*`` request and response attributes, its status, its end) to its owner. Otherwise the
+The request span is the inference span another GenAI instrumentation made around the SDK call
+when there is one (`_inference.inference_span`: opentelemetry-instrumentation-openai-v2's
+``chat`` span, OpenLLMetry's ``openai.chat`` and ``anthropic.chat``): the exchange adds its
+attributes and events to it and leaves the rest (its name, its ``gen_ai.*`` request and
+response attributes, its status, its end) to its owner. Otherwise the
 exchange starts its own ``compaction.model_request`` span, which ends with ``error.type`` when
 the request failed, and which claims ``gen_ai.operation.name`` ``chat`` (set when it ends) only
 when no other instrumentation's inference span started inside it (OpenInference's, which wraps
@@ -47,7 +48,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, 
 
 from otel_compaction import compactions, semconv
 from otel_compaction.incremental import TranscriptCache
-from otel_compaction.instrumentation._inference import adoptable, watch, watching
+from otel_compaction.instrumentation._inference import inference_span, watch, watching
 from otel_compaction.instrumentation._requests import (
     MessageCache,
     ModelRequest,
@@ -134,7 +135,7 @@ class _Exchange(Exchange):
 
     def activated(self) -> contextlib.AbstractContextManager[Any]:
         if not self.owned:
-            return contextlib.nullcontext()  # the inference span is current already
+            return contextlib.nullcontext()  # its owner decides what is current
         return _attached(watching(self, trace.set_span_in_context(self.span)))
 
     def compacted(self) -> None:
@@ -342,13 +343,13 @@ class Runtime:
             semconv.REQUEST_STREAM: request.stream,
         }
         parent = otel_context.get_current()
-        current = trace.get_current_span(parent)
-        if adoptable(current):
-            if semconv.GEN_AI_CONVERSATION_ID not in getattr(current, "attributes", {}):
+        inference = inference_span(trace.get_current_span(parent))
+        if inference is not None:
+            if semconv.GEN_AI_CONVERSATION_ID not in getattr(inference, "attributes", {}):
                 bookkeeping[semconv.GEN_AI_CONVERSATION_ID] = identity.id
-            current.set_attributes(bookkeeping)
+            inference.set_attributes(bookkeeping)
             exchange = _Exchange(
-                self, request, identity, current, _beside(current, parent), owned=False
+                self, request, identity, inference, _beside(inference, parent), owned=False
             )
         else:
             attributes: dict[str, Any] = {
