@@ -245,6 +245,122 @@ def test_a_cancelled_run_abandons_its_tool_calls(pipeline: Pipeline) -> None:
     assert (abandoned.attributes or {})[sc.ABANDON_REASON] == "cancelled"
 
 
+# -- tools that need approval -------------------------------------------------------------------
+
+
+def approval_run(
+    pipeline: Pipeline, decide: dict[str, bool], *calls: ResponseFunctionToolCall
+) -> tuple[list[Any], list[list[tuple[Any, ...]]], list[str]]:
+    """A run whose model calls ``delete_branch`` (which needs approval) with `calls`; at the
+    pause each call's approval item is approved or rejected as `decide` says by call id, and
+    the run resumed from its state. The interruptions' call ids, the conversation's ledger rows
+    at the pause and after the resumed run, and the branches the tool deleted."""
+    deleted: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_branch(branch: str) -> str:
+        """Delete a git branch."""
+        deleted.append(branch)
+        return f"{branch} deleted"
+
+    model = ScriptedModel(list(calls), [text("done")])
+    agent = Agent(name="git", model=model, tools=[delete_branch])
+    config = RunConfig(group_id="conv-approve")
+
+    async def scenario() -> tuple[list[Any], list[list[tuple[Any, ...]]]]:
+        paused = await Runner.run(agent, "clean up the branches", run_config=config)
+        assert paused.final_output is None
+        rows = [ledger_rows(pipeline.ledger, "conv-approve")]
+        state = paused.to_state()
+        for item in paused.interruptions:
+            if decide[str(item.call_id)]:
+                state.approve(item)
+            else:
+                state.reject(item)
+        resumed = await Runner.run(agent, state, run_config=config)
+        assert resumed.final_output == "done"
+        rows.append(ledger_rows(pipeline.ledger, "conv-approve"))
+        return [item.call_id for item in paused.interruptions], rows
+
+    interrupted, rows = asyncio.run(scenario())
+    return interrupted, rows, deleted
+
+
+def call_spans(pipeline: Pipeline) -> list[tuple[Any, ...]]:
+    """Each ``execute_tool delete_branch`` span: its call id, arguments and status."""
+    return sorted(
+        (
+            str((s.attributes or {})[sc.GEN_AI_TOOL_CALL_ID]),
+            (s.attributes or {}).get(sc.GEN_AI_TOOL_CALL_ARGUMENTS),
+            (s.attributes or {}).get(sc.OBLIGATION_STATUS),
+        )
+        for s in pipeline.spans(f"{sc.EXECUTE_TOOL} delete_branch")
+    )
+
+
+def test_a_call_waiting_for_approval_stays_open_and_resolves_when_it_runs(
+    pipeline: Pipeline,
+) -> None:
+    interrupted, (paused, resumed), deleted = approval_run(
+        pipeline, {"c1": True}, call("c1", "delete_branch", branch="release-7")
+    )
+
+    assert interrupted == ["c1"]
+    # The run paused with the tool not run: its call is open, not resolved as a result.
+    [(kind, span_id, name, conversation, _, status)] = paused
+    assert (kind, name, conversation, status) == (
+        "tool_call",
+        "delete_branch",
+        "conv-approve",
+        None,
+    )
+    # Approved, the tool ran in a new function span, which took the same call: one obligation,
+    # one call span and one result span.
+    assert deleted == ["release-7"]
+    assert resumed == [(kind, span_id, name, conversation, 0, "result")]
+    assert pipeline.ledger.open_obligations() == ()
+    assert call_spans(pipeline) == [(span_id, '{"branch": "release-7"}', "result")]
+    [outcome] = pipeline.spans(f"{sc.TOOL_RESULT_SPAN} delete_branch")
+    assert (outcome.attributes or {})[sc.OBLIGATION_STATUS] == "result"
+
+
+def test_a_rejected_call_is_resolved_as_an_error_and_never_runs(pipeline: Pipeline) -> None:
+    interrupted, (paused, resumed), deleted = approval_run(
+        pipeline, {"c1": False}, call("c1", "delete_branch", branch="release-7")
+    )
+
+    assert interrupted == ["c1"]
+    assert [row[5] for row in paused] == [None]
+    assert deleted == []
+    assert [row[1:] for row in resumed] == [
+        (paused[0][1], "delete_branch", "conv-approve", 0, "error")
+    ]
+    assert pipeline.ledger.open_obligations() == ()
+    assert [status for _, _, status in call_spans(pipeline)] == ["error"]
+
+
+def test_parallel_calls_waiting_for_approval_keep_their_own_obligations(
+    pipeline: Pipeline,
+) -> None:
+    # The resumed run's function span takes the oldest waiting call of its tool, then the
+    # SDK's approval step names the model's call: the approved second call is the one that ran.
+    interrupted, (paused, resumed), deleted = approval_run(
+        pipeline,
+        {"c1": False, "c2": True},
+        call("c1", "delete_branch", branch="main"),
+        call("c2", "delete_branch", branch="release-7"),
+    )
+
+    assert interrupted == ["c1", "c2"]
+    assert [row[5] for row in paused] == [None, None]
+    assert deleted == ["release-7"]
+    assert [(row[4], row[5]) for row in resumed] == [(0, "error"), (1, "result")]
+    first, second = paused[0][1], paused[1][1]
+    assert call_spans(pipeline) == sorted(
+        [(first, '{"branch": "main"}', "error"), (second, '{"branch": "release-7"}', "result")]
+    )
+
+
 def test_instrument_registers_one_processor_and_uninstrument_removes_it() -> None:
     pipeline = make_pipeline()
     set_tracing_disabled(False)
