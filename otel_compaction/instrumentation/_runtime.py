@@ -47,6 +47,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
 from otel_compaction import compactions, semconv
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.incremental import TranscriptCache
 from otel_compaction.instrumentation._inference import inference_span, watch, watching
 from otel_compaction.instrumentation._requests import (
@@ -182,22 +183,18 @@ class _Exchange(Exchange):
     def respond(self, response: ModelResponse | None) -> None:
         if not self._claim():
             return
-        try:
+        with internal_errors("recording a model response"):
             if response is not None:
                 self._opened(response)
-        except Exception:
-            _log.exception("otel-compaction: recording a model response failed")
         self._end()
 
     def _end(self) -> None:
         if not self.owned:
             return  # its owner ends it
-        try:
+        with internal_errors("ending a model request span"):
             if not self._beside_inference:
                 self.span.set_attribute(semconv.GEN_AI_OPERATION_NAME, semconv.CHAT)
             self.span.end()
-        except Exception:
-            _log.exception("otel-compaction: ending a model request span failed")
 
     def _opened(self, response: ModelResponse) -> None:
         runtime = self.runtime
@@ -233,13 +230,12 @@ class _Exchange(Exchange):
     def fail(self, error: BaseException) -> None:
         if not self._claim() or not self.owned:
             return  # another instrumentation's span: its owner records the failure
-        try:
+        # The SDK's exception is what the application must see, whatever happens here.
+        with internal_errors("recording a failed model request"):
             self.span.set_attribute(semconv.ERROR_TYPE, type(error).__qualname__)
             # The SDK's message may quote the request: content, kept only with capture on.
             shown = str(error) if self.runtime.recorder.capture_content else ""
             self.span.set_status(Status(StatusCode.ERROR, shown or None))
-        except Exception:  # the SDK's exception is what the application must see
-            _log.exception("otel-compaction: recording a failed model request failed")
         self._end()
 
     def complete(
@@ -319,11 +315,9 @@ class Runtime:
 
     def begin(self, read: Callable[[], ModelRequest]) -> Exchange:
         """Start recording the request `read()` describes; a no-op exchange on any failure."""
-        try:
+        with internal_errors("recording a model request"):
             return self._begin(read())
-        except Exception:
-            _log.exception("otel-compaction: recording a model request failed")
-            return Exchange()
+        return Exchange()
 
     def _begin(self, request: ModelRequest) -> Exchange:
         plain = self.messages.read(request.messages, request.instructions)
@@ -367,10 +361,8 @@ class Runtime:
         if compactions.take(identity.id):  # a guarded compactor compacted it since
             exchange.compacted()
         if transcript is not None:
-            try:
+            with internal_errors("checking a model request"):
                 exchange.check(transcript)
-            except Exception:
-                _log.exception("otel-compaction: checking a model request failed")
         return exchange
 
     # -- state -------------------------------------------------------------------------------
@@ -424,10 +416,7 @@ class Runtime:
             self._handles.clear()
         for handle in handles:
             if not handle.resolved:
-                try:
-                    handle.abandon(reason)
-                except Exception:
-                    _log.exception("otel-compaction: abandoning an open call failed")
+                handle.abandon(reason)  # never raises
 
     # -- detections --------------------------------------------------------------------------
 

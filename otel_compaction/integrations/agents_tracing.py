@@ -79,12 +79,10 @@ _MAX_WAITING = 10_000
 def current_group_id() -> str | None:
     """The ``group_id`` of the Agents SDK trace current in this context: the conversation the
     processor files the run's tool calls under. Never raises."""
-    try:
+    group = None
+    with internal_errors("reading the Agents SDK trace"):
         current = get_current_trace()
         group = getattr(current, "group_id", None) if current is not None else None
-    except Exception:
-        _log.exception("otel-compaction: reading the Agents SDK trace failed")
-        return None
     return group if isinstance(group, str) and group else None
 
 
@@ -134,72 +132,64 @@ class ObligationTracingProcessor(TracingProcessor):
 
     # -- traces: remember each running trace's group id and start ------------------------------
 
+    @internal_errors("recording an Agents SDK trace start")
     def on_trace_start(self, trace: Trace) -> None:
         """Remember the trace's ``group_id`` (the conversation of its tool calls) and start."""
-        try:
-            group = getattr(trace, "group_id", None)
-            run = _Run(group if isinstance(group, str) and group else None, time.monotonic_ns())
-            with self._lock:
-                self._runs[trace.trace_id] = run
-        except Exception:
-            _log.exception("otel-compaction: Agents SDK trace start failed")
+        group = getattr(trace, "group_id", None)
+        run = _Run(group if isinstance(group, str) and group else None, time.monotonic_ns())
+        with self._lock:
+            self._runs[trace.trace_id] = run
 
+    @internal_errors("recording an Agents SDK trace end")
     def on_trace_end(self, trace: Trace) -> None:
         """Forget the trace."""
-        try:
-            with self._lock:
-                self._runs.pop(trace.trace_id, None)
-        except Exception:
-            _log.exception("otel-compaction: Agents SDK trace end failed")
+        with self._lock:
+            self._runs.pop(trace.trace_id, None)
 
     # -- spans: function spans are tool calls --------------------------------------------------
 
+    @internal_errors("recording an Agents SDK span start")
     def on_span_start(self, span: Span[Any]) -> None:
         """Join the SDK layer's obligation for this call, or open one; mark it running."""
-        try:
-            data = span.span_data
-            if not self.enabled or not isinstance(data, FunctionSpanData):
-                return
-            run = self._run(span.trace_id)
-            conversation = run.conversation or current_conversation_id()
-            entry = self._resumed(span, conversation, data.name)
-            if entry is None:
-                entry = self._opened(span, run, conversation, data.name)
-            with self._lock:
-                if entry.joined and conversation is None:
-                    run.conversation = entry.handle.conversation_id
-                self._open[span.span_id] = entry
-            entry.token = outer_call.enter(functools.partial(self._running, span.span_id))
-        except Exception:
-            _log.exception("otel-compaction: Agents SDK span start failed")
+        data = span.span_data
+        if not self.enabled or not isinstance(data, FunctionSpanData):
+            return
+        run = self._run(span.trace_id)
+        conversation = run.conversation or current_conversation_id()
+        entry = self._resumed(span, conversation, data.name)
+        if entry is None:
+            entry = self._opened(span, run, conversation, data.name)
+        with self._lock:
+            if entry.joined and conversation is None:
+                run.conversation = entry.handle.conversation_id
+            self._open[span.span_id] = entry
+        entry.token = outer_call.enter(functools.partial(self._running, span.span_id))
 
+    @internal_errors("recording an Agents SDK span end")
     def on_span_end(self, span: Span[Any]) -> None:
         """Resolve the function span's obligation: error, abandoned (cancelled) or result."""
-        try:
-            with self._lock:
-                entry = self._open.get(span.span_id)
-                if entry is None:
-                    return
-                self._rebind(entry)
-                del self._open[span.span_id]
-            if entry.token is not None:
-                outer_call.leave(entry.token)
-            handle = entry.handle
-            data = span.span_data
-            self._arguments(handle, getattr(data, "input", None))
-            error = span.error
-            if entry.awaiting and error is None:
-                self._wait(entry)  # the tool did not run: the call stays open
+        with self._lock:
+            entry = self._open.get(span.span_id)
+            if entry is None:
                 return
-            if error is not None:
-                handle.error(error.get("message") or "tool_error", content=error.get("data"))
-            elif isinstance(sys.exc_info()[1], asyncio.CancelledError):
-                # The span's ``with`` block is being left by a cancellation of its task.
-                handle.abandon("cancelled")
-            else:
-                handle.result(getattr(data, "output", None))
-        except Exception:
-            _log.exception("otel-compaction: Agents SDK span end failed")
+            self._rebind(entry)
+            del self._open[span.span_id]
+        if entry.token is not None:
+            outer_call.leave(entry.token)
+        handle = entry.handle
+        data = span.span_data
+        self._arguments(handle, getattr(data, "input", None))
+        error = span.error
+        if entry.awaiting and error is None:
+            self._wait(entry)  # the tool did not run: the call stays open
+            return
+        if error is not None:
+            handle.error(error.get("message") or "tool_error", content=error.get("data"))
+        elif isinstance(sys.exc_info()[1], asyncio.CancelledError):
+            # The span's ``with`` block is being left by a cancellation of its task.
+            handle.abandon("cancelled")
+        else:
+            handle.result(getattr(data, "output", None))
 
     def shutdown(self) -> None:
         """Abandon every call still open: its span will never end in this process."""
@@ -209,10 +199,7 @@ class ObligationTracingProcessor(TracingProcessor):
             self._runs.clear()
             self._waiting.clear()
         for handle in leftover:
-            try:
-                handle.abandon("shutdown")
-            except Exception:
-                _log.exception("otel-compaction: abandoning an open Agents SDK call failed")
+            handle.abandon("shutdown")  # never raises
 
     def force_flush(self) -> None:
         """Nothing is buffered: every resolution is recorded when its span ends."""
