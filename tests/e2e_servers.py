@@ -32,11 +32,10 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
-import pytest
 import yaml
-from conftest import REPO_ROOT, running_in_ci
+from conftest import REPO_ROOT, unavailable
 from loopback import LoopbackService
 
 __all__ = [
@@ -62,13 +61,6 @@ PHOENIX_PYTHON_ENV = "OTEL_COMPACTION_PHOENIX_PYTHON"
 _T = TypeVar("_T")
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy")
-
-
-def unavailable(reason: str) -> NoReturn:
-    """Fail under CI (which must never skip silently); skip anywhere else."""
-    if running_in_ci():
-        pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
-    pytest.skip(reason)
 
 
 def require_executable(name: str, hint: str) -> str:
@@ -406,7 +398,7 @@ def phoenix_python() -> str:
         return str(local)
     if importlib.util.find_spec("phoenix") is not None:
         return sys.executable
-    unavailable(f"Arize Phoenix is not installed; {hint}")
+    return unavailable(f"Arize Phoenix is not installed; {hint}")
 
 
 class PhoenixServer:

@@ -22,15 +22,14 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     Api,
     FakeLLMServer,
     ToolCall,
-    fake_llm_server_fixture,
 )
 from instrumentation_harness import (
     Agent,
-    Instrumented,
+    Beside,
     Mode,
     ScenarioIds,
     Style,
@@ -40,12 +39,9 @@ from instrumentation_harness import (
     scenario_summary,
 )
 from llm_clients import require_sdks
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.trace import SpanKind
-from telemetry_harness import make_pipeline
 
 from otel_compaction import semconv as sc
-from otel_compaction.instrumentation import CompactionInstrumentor
 
 Library = Literal["openai", "anthropic"]
 Order = Literal["compaction-first", "openllmetry-first"]
@@ -65,8 +61,8 @@ INSTRUMENTOR = {
 }
 
 
-def _wrapped_methods(library: Library) -> list[tuple[type[Any], str, Any]]:
-    """The SDK methods both instrumentations wrap, as found before either did."""
+def _wrapped_methods(library: Library) -> list[tuple[type[Any], str]]:
+    """The SDK methods both instrumentations wrap."""
     if library == "openai":
         from openai.resources.chat.completions import AsyncCompletions, Completions
 
@@ -76,47 +72,22 @@ def _wrapped_methods(library: Library) -> list[tuple[type[Any], str, Any]]:
         from anthropic.resources.messages import AsyncMessages, Messages
 
         owners, names = [Messages, AsyncMessages], ["create", "stream"]
-    return [(o, n, o.__dict__[n]) for o in owners for n in names]
+    return [(o, n) for o in owners for n in names]
 
 
-class Both:
+class Both(Beside):
     """otel-compaction and one OpenLLMetry instrumentor on one in-memory pipeline."""
 
     def __init__(self, library: Library, order: Order) -> None:
         require_sdks()
         module, name = INSTRUMENTOR[library]
         self.library = library
-        self.pipeline = make_pipeline()
-        self.compaction = CompactionInstrumentor()
-        self.openllmetry: Any = getattr(importlib.import_module(module), name)()
-        self.original = _wrapped_methods(library)
-        # Same tracer provider; OpenLLMetry's metrics are kept apart.
-        providers = {
-            "tracer_provider": self.pipeline.tracer_provider,
-            "meter_provider": MeterProvider(),
-        }
-        if order == "compaction-first":
-            self.compaction.instrument(telemetry=self.pipeline.telemetry)
-            self.openllmetry.instrument(**providers)
-        else:
-            self.openllmetry.instrument(**providers)
-            self.compaction.instrument(telemetry=self.pipeline.telemetry)
-
-    @property
-    def instrumented(self) -> Instrumented:
-        return Instrumented(self.compaction, self.pipeline)
+        openllmetry = getattr(importlib.import_module(module), name)()
+        first = order == "compaction-first"
+        super().__init__(openllmetry, _wrapped_methods(library), compaction_first=first)
 
     def agent(self, server: FakeLLMServer, mode: Mode = "sync", style: Style = "json") -> Agent:
         return Agent(server, API[self.library], mode, style)
-
-    def close(self) -> None:
-        for instrumentor in (self.compaction, self.openllmetry):
-            if instrumentor.is_instrumented_by_opentelemetry:
-                instrumentor.uninstrument()
-        # What an unwrap left behind must not reach other tests.
-        for owner, name, method in self.original:
-            setattr(owner, name, method)
-        self.pipeline.shutdown()
 
 
 PAIRS = [(library, order) for library in API for order in ("compaction-first", "openllmetry-first")]
@@ -198,9 +169,9 @@ def test_taking_either_out_leaves_the_sdk_working(
     both: Both, fake_llm_server: FakeLLMServer, first_out: str
 ) -> None:
     first, second = (
-        (both.compaction, both.openllmetry)
+        (both.compaction, both.other)
         if first_out == "compaction"
-        else (both.openllmetry, both.compaction)
+        else (both.other, both.compaction)
     )
     agent = both.agent(fake_llm_server, *STYLES[both.library][1])
     for instrumentor in (first, second):
@@ -209,7 +180,9 @@ def test_taking_either_out_leaves_the_sdk_working(
         assert agent.ask().calls[0][1] == "search"  # the client works, streams included
 
     # OpenLLMetry's uninstrument() unwraps whatever wrapper is outermost, and otel-compaction's
-    # is beneath it in either order: each takes out its own.
+    # is beneath it in either order: each takes out its own. (OpenLLMetry's OpenAI
+    # instrumentation leaves a wrapper of its own on ``create`` even when it is alone.)
     recorded_after_first = first_out == "openllmetry"
     assert len(request_spans(both.pipeline.spans())) == int(recorded_after_first)
-    assert [(o, n, o.__dict__[n]) for o, n, _ in both.original] == both.original
+    assert both.ours_left() == []
+    assert both.restored() == (both.library == "anthropic")

@@ -27,7 +27,6 @@ def _installed_here() -> bool:
 
 
 if _installed_here():
-    from fake_llm_server import fake_llm_server_fixture  # noqa: F401 - registers the fixture
     from openllmetry_cases import (  # noqa: F401 - collected here
         both_fixture,
         test_one_chat_span_per_request_carries_the_bookkeeping,

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     FakeLLMServer,
     ToolCall,
-    fake_llm_server_fixture,
 )
-from frameworks import require_framework
+from frameworks import integrations, integrations_off, require_framework
 from llm_clients import API_KEY, async_openai_client, require_sdks
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
@@ -51,9 +50,7 @@ try:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    from otel_compaction.integrations import langchain as lc
-    from otel_compaction.integrations import mcp as mcp_integration
-    from otel_compaction.integrations import openai_agents, outer_call
+    from otel_compaction.integrations import outer_call
     from otel_compaction.integrations.agents_tracing import ObligationTracingProcessor
 except ImportError as error:
     MISSING: ImportError | None = error
@@ -84,30 +81,24 @@ if __name__ == "__main__":
 # -- fixtures ----------------------------------------------------------------------------------
 
 
-def _integrations() -> tuple[Any, ...]:
-    return (lc, mcp_integration, openai_agents)
-
-
 @pytest.fixture(name="pipeline")
 def pipeline_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
     """Every layer instrumented into an in-memory pipeline (content capture on); the obligation
     processor is the Agents SDK's only trace processor, so nothing is exported elsewhere."""
     require_sdks()
     monkeypatch.delenv(sc.FRAMEWORKS_ENV, raising=False)
-    for module in _integrations():
-        module.uninstrument()
+    integrations_off()
     set_tracing_disabled(False)
     set_trace_processors([])
     pipeline = make_pipeline(capture_content=True)
     instrumentor = CompactionInstrumentor()
     instrumentor.instrument(telemetry=pipeline.telemetry)
-    assert all(module.is_instrumented() for module in _integrations())
+    assert all(module.is_instrumented() for module in integrations().values())
     try:
         yield pipeline
     finally:
         instrumentor.uninstrument()
-        for module in _integrations():
-            module.uninstrument()
+        integrations_off()
         set_trace_processors([])
         pipeline.shutdown()
 

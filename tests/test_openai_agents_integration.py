@@ -10,7 +10,6 @@ over an in-memory ``SQLiteSession``; only its ``responses.compact`` client is a 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -28,23 +27,17 @@ from otel_compaction.integrations import openai_agents
 try:
     from agents import (
         Agent,
-        ModelResponse,
         RunConfig,
         Runner,
         SQLiteSession,
-        Usage,
         function_tool,
         set_trace_processors,
         set_tracing_disabled,
     )
     from agents.memory import OpenAIResponsesCompactionSession
-    from agents.models.interface import Model
+    from agents_sdk import ScriptedModel, call, text
     from openai import AsyncOpenAI
-    from openai.types.responses import (
-        ResponseFunctionToolCall,
-        ResponseOutputMessage,
-        ResponseOutputText,
-    )
+    from openai.types.responses import ResponseFunctionToolCall
 
     from otel_compaction.integrations.openai_agents import (
         CompactionGuardSession,
@@ -61,46 +54,6 @@ SUMMARY = {"type": "message", "role": "assistant", "content": "Earlier: a deploy
 
 
 # -- the fake model and the fake compaction endpoint ---------------------------------------------
-
-
-def call(call_id: str, name: str, **arguments: Any) -> ResponseFunctionToolCall:
-    """A function call the model emits."""
-    return ResponseFunctionToolCall(
-        id=f"fc_{call_id}",
-        call_id=call_id,
-        name=name,
-        arguments=json.dumps(arguments),
-        type="function_call",
-        status="completed",
-    )
-
-
-def text(words: str) -> ResponseOutputMessage:
-    """A final answer."""
-    return ResponseOutputMessage(
-        id=f"msg_{abs(hash(words))}",
-        content=[ResponseOutputText(text=words, type="output_text", annotations=[])],
-        role="assistant",
-        status="completed",
-        type="message",
-    )
-
-
-class ScriptedModel(Model):
-    """The SDK's ``Model`` interface, answering turn by turn from a script."""
-
-    def __init__(self, *turns: list[Any], response_ids: bool = False) -> None:
-        self.turns = list(turns)
-        self.response_ids = response_ids
-        self.inputs: list[Any] = []
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        self.inputs.append(args[1] if len(args) > 1 else kwargs.get("input"))
-        response_id = f"resp_{len(self.inputs)}" if self.response_ids else None
-        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=response_id)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the tests do not stream")
 
 
 @dataclass
