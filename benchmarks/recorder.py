@@ -38,10 +38,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Link, SpanKind
 
 from otel_compaction import ToolCallRecorder
-from otel_compaction import semconv as sc
 from otel_compaction.ledger import ObligationLedger
-from otel_compaction.metrics import CompactionMetrics
-from otel_compaction.tracing import ToolCallHandle
+from otel_compaction.recorder import ToolCallHandle
+from otel_compaction.telemetry import semconv as sc
+from otel_compaction.telemetry.metrics import CompactionMetrics
 
 RATIO_AIM = 1.5
 CONVERSATION = "conv-bench"

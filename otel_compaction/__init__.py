@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     )
     from otel_compaction.gate import CompactionGate, Decision
     from otel_compaction.policy import Policy
+    from otel_compaction.recorder import ToolCallRecorder
     from otel_compaction.summarizers import ExtractiveSummarizer, ModelSummarizer
-    from otel_compaction.telemetry import Telemetry, configure
-    from otel_compaction.tracing import ToolCallRecorder
+    from otel_compaction.telemetry.configuration import Telemetry, configure
     from otel_compaction.verification import verify_summary
 
 __all__ = [
@@ -91,11 +91,11 @@ _HOMES: Final = {
         "ExtractiveSummarizer",
         "ModelSummarizer",
     ),
-    "otel_compaction.telemetry": (
+    "otel_compaction.recorder": ("ToolCallRecorder",),
+    "otel_compaction.telemetry.configuration": (
         "Telemetry",
         "configure",
     ),
-    "otel_compaction.tracing": ("ToolCallRecorder",),
     "otel_compaction.verification": ("verify_summary",),
 }
 _HOME_OF: Final = {name: module for module, names in _HOMES.items() for name in names}

@@ -15,7 +15,7 @@ was, and the archive only ever holds whole, content-addressed spans.
 every obligation the refusal names (a call abandoned, a retry given up, a commitment withdrawn,
 a transaction rolled back, a stray result absorbed) through the ledger, so a retry proceeds.
 
-An applied compaction is noted for its conversation (`otel_compaction.compactions`): the
+An applied compaction is noted for its conversation (`otel_compaction.telemetry.compactions`): the
 conversation's next auto-instrumented model request gets ``gen_ai.conversation.compacted``.
 """
 
@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 
-from otel_compaction import compactions, semconv
 from otel_compaction.analysis import Analysis
 from otel_compaction.archive import Archive
 from otel_compaction.context import current_conversation_id
@@ -48,7 +47,9 @@ from otel_compaction.summarizers import (
     retry_request,
     verify,
 )
-from otel_compaction.telemetry import Telemetry
+from otel_compaction.telemetry import compactions, semconv
+from otel_compaction.telemetry.configuration import Telemetry
+from otel_compaction.telemetry.scope import capture_content_enabled
 from otel_compaction.tokens import (
     MessageTokens,
     TokenCounter,
@@ -57,7 +58,6 @@ from otel_compaction.tokens import (
     default_token_counter,
     message_text,
 )
-from otel_compaction.tracing import capture_content_enabled
 from otel_compaction.transcript import OPENAI_RESPONSES, Transcript
 
 __all__ = [
@@ -255,22 +255,9 @@ class GuardedCompactor:
         if decision.action == "refuse":
             raise refusal_error(decision)
         capture = self._capture_content()
-        with self._tracer.start_as_current_span(
-            semconv.APPLY_SPAN, kind=SpanKind.INTERNAL, record_exception=False,
-            set_status_on_exception=False,
-        ) as telemetry_span:  # fmt: skip
-            try:
-                result = self._apply(original, analysis.transcript, decision, before)
-            except Exception as exc:
-                # Its message names what the summary lost: content, kept only with capture on.
-                telemetry_span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
-                telemetry_span.set_status(Status(StatusCode.ERROR, str(exc) if capture else None))
-                if capture:
-                    telemetry_span.record_exception(exc)
-                raise
-            _record(telemetry_span, result, capture)
-        if result.compacted and result.decision is not None:
-            compactions.note(result.decision.conversation_id)
+        with compactions.apply_span(self._tracer, capture) as telemetry_span:
+            result = self._apply(original, analysis.transcript, decision, before)
+            telemetry_span.record(result)
         return result
 
     def force_terminal(
@@ -487,31 +474,3 @@ def _summary_message(summary: str, transcript_format: str) -> dict[str, Any]:
             "content": [{"type": "input_text", "text": summary}],
         }
     return {"role": "user", "content": summary}
-
-
-def _record(span: trace.Span, result: CompactionResult, capture: bool) -> None:
-    decision = result.decision
-    attributes: dict[str, Any] = {
-        semconv.TOKENS_BEFORE: result.tokens_before,
-        semconv.TOKENS_AFTER: result.tokens_after,
-        semconv.COMPACTED: result.compacted,
-        semconv.SUMMARY_ATTEMPTS: result.attempts,
-        semconv.VERIFIED: bool(result.verification and result.verification.ok),
-    }
-    if decision is not None:
-        attributes[semconv.ACTION] = decision.action
-        if decision.conversation_id:
-            attributes[semconv.GEN_AI_CONVERSATION_ID] = decision.conversation_id
-    if result.span is not None:
-        attributes[semconv.SPAN_START], attributes[semconv.SPAN_END] = result.span
-    if result.archive_handle:
-        attributes[semconv.ARCHIVE_HANDLE] = result.archive_handle
-    if not result.compacted:
-        attributes[semconv.HOLD_REASON] = result.reason
-    span.set_attributes(attributes)
-    verification = result.verification
-    if not result.compacted and verification is not None and not verification.ok:
-        span.add_event(
-            semconv.EVENT_SUMMARY_REJECTED,
-            {semconv.MISSING: list(verification.describe() if capture else verification.outline())},
-        )

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
 
-from otel_compaction.semconv import GEN_AI_CONVERSATION_ID
+from otel_compaction.telemetry.semconv import GEN_AI_CONVERSATION_ID
 
 __all__ = ["conversation", "current_conversation_id", "scoped_conversation_id"]
 

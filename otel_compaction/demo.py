@@ -38,12 +38,12 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from otel_compaction import semconv
 from otel_compaction.archive import Archive
 from otel_compaction.compactor import GuardedCompactor, char_estimate
 from otel_compaction.context import conversation
 from otel_compaction.errors import CompactionError, CompactionRefused
-from otel_compaction.telemetry import Telemetry, configure
+from otel_compaction.telemetry import semconv
+from otel_compaction.telemetry.configuration import Telemetry, configure
 from otel_compaction.tokens import message_text
 from otel_compaction.transcript import Transcript
 

@@ -35,8 +35,8 @@ from types import FrameType
 from typing import Any
 
 from otel_compaction import configure, conversation
-from otel_compaction.telemetry import Telemetry
-from otel_compaction.tracing import ToolCallHandle
+from otel_compaction.recorder import ToolCallHandle
+from otel_compaction.telemetry.configuration import Telemetry
 
 AGENT_NAME = "e2e-agent"
 """``gen_ai.agent.name`` of every tool-call span of this agent."""

@@ -33,8 +33,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan
 from telemetry_harness import Pipeline, make_pipeline, number_points
 
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation import CompactionInstrumentor
+from otel_compaction.telemetry import semconv as sc
 
 __all__ = [
     "APIS",

@@ -41,7 +41,7 @@ from instrumentation_harness import (
 from llm_clients import require_sdks
 from opentelemetry.trace import SpanKind
 
-from otel_compaction import semconv as sc
+from otel_compaction.telemetry import semconv as sc
 
 Library = Literal["openai", "anthropic"]
 Order = Literal["compaction-first", "openllmetry-first"]

@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import Sampler
 
 from otel_compaction import Telemetry, ToolCallRecorder, configure
-from otel_compaction import semconv as sc
 from otel_compaction.ledger import ObligationLedger
+from otel_compaction.telemetry import semconv as sc
 
 AttrKey = frozenset[tuple[str, Any]]
 """A metric point's attributes, hashable."""

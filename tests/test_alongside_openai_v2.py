@@ -35,7 +35,7 @@ from instrumentation_harness import (
 from llm_clients import require_sdks
 from opentelemetry.trace import SpanKind
 
-from otel_compaction import semconv as sc
+from otel_compaction.telemetry import semconv as sc
 
 IDS = ScenarioIds(restart="call_restart_1", check="call_check_1", again="call_restart_2")
 

@@ -35,8 +35,8 @@ from instrumentation_harness import (
 from llm_clients import require_sdks
 from telemetry_harness import make_pipeline
 
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation import CompactionInstrumentor
+from otel_compaction.telemetry import semconv as sc
 
 IDS = ScenarioIds(restart="call_restart_1", check="call_check_1", again="call_restart_2")
 SPAN_OF_API = {"chat": "ChatCompletion", "responses": "Response"}

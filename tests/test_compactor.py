@@ -47,11 +47,11 @@ from otel_compaction import (
     Telemetry,
     conversation,
 )
-from otel_compaction import semconv as sc
 from otel_compaction.compactor import CompactionResult, GuardedCompactor, SummaryRejected
 from otel_compaction.ledger import ObligationLedger
 from otel_compaction.rules import ObligationRef
 from otel_compaction.summarizers import ExtractiveSummarizer, SummaryRequest
+from otel_compaction.telemetry import semconv as sc
 from otel_compaction.transcript import Transcript
 
 BUDGET = 100

@@ -20,8 +20,8 @@ from telemetry_harness import (
 )
 
 from otel_compaction import conversation
-from otel_compaction import semconv as sc
-from otel_compaction.tracing import ToolCallHandle
+from otel_compaction.recorder import ToolCallHandle
+from otel_compaction.telemetry import semconv as sc
 
 N = 1_000
 WORKERS = 16

@@ -17,9 +17,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from telemetry_harness import ledger_rows
 
 from otel_compaction import configure
-from otel_compaction import semconv as sc
-from otel_compaction import telemetry as telemetry_module
-from otel_compaction.tracing import ObligationSampler
+from otel_compaction.telemetry import configuration as telemetry_module
+from otel_compaction.telemetry import semconv as sc
+from otel_compaction.telemetry.sampler import ObligationSampler
 
 _OTEL_VARIABLES = (
     "OTEL_TRACES_EXPORTER",

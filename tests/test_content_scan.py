@@ -453,7 +453,7 @@ def mcp_scenario(scan: Scan, server: Path) -> None:
         from mcp import ClientSession, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
-        from otel_compaction.integrations import mcp as mcp_integration
+        from otel_compaction.instrumentation import mcp as mcp_integration
     except ImportError as missing:
         require_framework(missing, "the mcp package", "mcp")
         return

@@ -24,7 +24,7 @@ from telemetry_harness import (
 )
 
 from otel_compaction import CompactionRefused, OpenObligationError, conversation
-from otel_compaction import semconv as sc
+from otel_compaction.telemetry import semconv as sc
 
 EVALUATE = "compaction.evaluate"
 

@@ -17,7 +17,6 @@ from opentelemetry import context as otel_context
 from pydantic import BaseModel
 
 from otel_compaction import conversation
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation._requests import parse_transcript, plain_messages
 from otel_compaction.instrumentation.conversation import (
     ConversationIndex,
@@ -38,6 +37,7 @@ from otel_compaction.instrumentation.detection import (
     fingerprint,
 )
 from otel_compaction.ledger import ObligationLedger
+from otel_compaction.telemetry import semconv as sc
 from otel_compaction.transcript import Transcript
 
 CONV = "conv-1"

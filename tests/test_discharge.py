@@ -18,7 +18,7 @@ from telemetry_harness import Pipeline, make_pipeline
 from transcript_builders import ANTHROPIC, CHAT, Call, Script
 
 from otel_compaction import Archive, CompactionGate, CompactionRefused, GuardedCompactor
-from otel_compaction import semconv as sc
+from otel_compaction.telemetry import semconv as sc
 
 PADDING = "Please keep a careful record of everything in this conversation. " * 40
 CONVERSATION = "discharge-1"

@@ -30,7 +30,7 @@ from e2e_servers import (
 )
 from readme_snippets import keyed
 
-from otel_compaction import semconv
+from otel_compaction.telemetry import semconv
 
 PROJECT = "otel-compaction-e2e"
 DEMO_PROJECT = "otel-compaction-demo"  # as the README's command names it

@@ -24,7 +24,7 @@ try:
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command
 
-    from otel_compaction.integrations.langchain_messages import to_openai_messages
+    from otel_compaction.integrations.langchain.messages import to_openai_messages
 except ImportError as error:
     MISSING: ImportError | None = error
 else:

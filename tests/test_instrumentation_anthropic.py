@@ -36,7 +36,7 @@ from instrumentation_harness import (
 from llm_clients import anthropic_client, async_anthropic_client
 from opentelemetry.trace import StatusCode
 
-from otel_compaction import semconv as sc
+from otel_compaction.telemetry import semconv as sc
 
 with contextlib.suppress(ImportError):  # the ``instrumented`` fixture skips, or fails in CI
     import anthropic

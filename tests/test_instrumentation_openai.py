@@ -42,9 +42,9 @@ from llm_clients import async_openai_client, openai_client
 from opentelemetry.trace import StatusCode
 
 from otel_compaction import conversation
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation import CompactionInstrumentor
 from otel_compaction.instrumentation.conversation import derived_id
+from otel_compaction.telemetry import semconv as sc
 
 try:
     import openai

@@ -26,10 +26,10 @@ from pydantic import SecretStr
 from telemetry_harness import Pipeline, make_pipeline
 
 from otel_compaction import ToolCallRecorder
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation import CompactionInstrumentor
 from otel_compaction.instrumentation._settings import FRAMEWORKS, frameworks
 from otel_compaction.ledger import ObligationLedger
+from otel_compaction.telemetry import semconv as sc
 
 try:
     import agents  # noqa: F401 - imported so the post-import hook fires
@@ -39,8 +39,8 @@ try:
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
 
+    from otel_compaction.instrumentation import mcp as mcp_integration
     from otel_compaction.integrations import langchain as lc
-    from otel_compaction.integrations import mcp as mcp_integration
 except ImportError as error:
     MISSING: ImportError | None = error
 else:

@@ -47,8 +47,8 @@ try:
     from anthropic.resources.messages import Messages
     from openai.resources.chat.completions import Completions
 
+    from otel_compaction.instrumentation import mcp as mcp_integration
     from otel_compaction.integrations import langchain as lc
-    from otel_compaction.integrations import mcp as mcp_integration
     from otel_compaction.integrations import openai_agents
 except ImportError as error:
     MISSING: ImportError | None = error

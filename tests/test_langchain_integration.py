@@ -34,8 +34,8 @@ from otel_compaction import (
     configure,
     conversation,
 )
-from otel_compaction import semconv as sc
 from otel_compaction.ledger import ObligationLedger
+from otel_compaction.telemetry import semconv as sc
 from otel_compaction.transcript import Transcript
 
 try:

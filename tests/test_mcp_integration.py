@@ -26,8 +26,8 @@ from opentelemetry.trace import StatusCode
 from telemetry_harness import Pipeline, ledger_rows, make_pipeline
 
 from otel_compaction import conversation
-from otel_compaction import semconv as sc
-from otel_compaction.integrations import mcp as mcp_integration
+from otel_compaction.instrumentation import mcp as mcp_integration
+from otel_compaction.telemetry import semconv as sc
 
 try:
     import mcp.client.session as mcp_session_module

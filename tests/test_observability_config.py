@@ -36,7 +36,7 @@ from observability_files import (
     variable_queries,
 )
 
-from otel_compaction import semconv
+from otel_compaction.telemetry import semconv
 
 SECTIONS = ("receivers", "processors", "exporters", "connectors", "extensions")
 REQUIRED_ALERTS = {

@@ -29,8 +29,8 @@ from opentelemetry.trace import StatusCode
 from pydantic import SecretStr
 from telemetry_harness import Pipeline, ledger_rows, make_pipeline
 
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation import CompactionInstrumentor
+from otel_compaction.telemetry import semconv as sc
 
 try:
     from agents import (
@@ -51,7 +51,7 @@ try:
     from mcp.client.stdio import stdio_client
 
     from otel_compaction.integrations import outer_call
-    from otel_compaction.integrations.agents_tracing import ObligationTracingProcessor
+    from otel_compaction.integrations.openai_agents.tracing import ObligationTracingProcessor
 except ImportError as error:
     MISSING: ImportError | None = error
 else:

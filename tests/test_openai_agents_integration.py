@@ -21,8 +21,8 @@ from opentelemetry.trace import StatusCode
 from telemetry_harness import Pipeline, ledger_rows, make_pipeline
 
 from otel_compaction import OpenObligationError, TranscriptError, conversation
-from otel_compaction import semconv as sc
 from otel_compaction.integrations import openai_agents
+from otel_compaction.telemetry import semconv as sc
 
 try:
     from agents import (

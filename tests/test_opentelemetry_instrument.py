@@ -29,8 +29,8 @@ from otlp_receiver import (
     Span,
 )
 
-from otel_compaction import semconv as sc
 from otel_compaction.instrumentation.conversation import derived_id
+from otel_compaction.telemetry import semconv as sc
 
 AGENT = '''\
 """A tool-using agent with its own compactor. No telemetry code."""

@@ -23,7 +23,8 @@ SCRIPT = textwrap.dedent(
     import otel_compaction
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
-    from otel_compaction.integrations import mcp, openai_agents
+    from otel_compaction.instrumentation import mcp
+    from otel_compaction.integrations import openai_agents
 
     telemetry = otel_compaction.configure(
         tracer_provider=TracerProvider(), meter_provider=MeterProvider(), set_global=False

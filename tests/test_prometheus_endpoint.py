@@ -23,8 +23,10 @@ from otlp_receiver import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_compaction import conversation, semconv, telemetry
-from otel_compaction.telemetry import Telemetry, configure
+from otel_compaction import conversation
+from otel_compaction.telemetry import configuration as telemetry
+from otel_compaction.telemetry import semconv
+from otel_compaction.telemetry.configuration import Telemetry, configure
 
 EXPOSED = {
     "compaction_obligations_open": "gauge",

@@ -49,7 +49,7 @@ def test_the_readme_api_section_lists_exactly_the_public_names() -> None:
 def test_each_name_is_the_object_its_module_defines() -> None:
     from otel_compaction import CompactionGate, configure, verify_summary
     from otel_compaction.gate import CompactionGate as gate_class
-    from otel_compaction.telemetry import configure as configure_function
+    from otel_compaction.telemetry.configuration import configure as configure_function
     from otel_compaction.verification import verify_summary as verify_function
 
     assert CompactionGate is gate_class
@@ -86,7 +86,7 @@ def test_a_name_brings_only_its_own_module() -> None:
     )
     modules = set(json.loads(loaded.stdout))
     assert {"otel_compaction.gate", "otel_compaction.errors"} <= modules
-    assert not {"otel_compaction.telemetry", "otel_compaction.tracing"} & modules
+    assert not {"otel_compaction.telemetry.configuration", "otel_compaction.recorder"} & modules
     assert not [m for m in modules if m.startswith("opentelemetry.sdk")]
 
 
@@ -117,6 +117,6 @@ def test_the_hook_command_runs_without_the_sdk(tmp_path: Path) -> None:
         if line.startswith("import time:") and "|" in line
     }
     assert {"otel_compaction.gate", "otel_compaction.sessions.claude_code"} <= imported
-    assert not {"otel_compaction.telemetry", "otel_compaction.tracing"} & imported
+    assert not {"otel_compaction.telemetry.configuration", "otel_compaction.recorder"} & imported
     assert not {"otel_compaction.compactor", "otel_compaction.hooks.install"} & imported
     assert not [m for m in imported if m.startswith("opentelemetry.sdk")]

@@ -22,8 +22,8 @@ from telemetry_harness import (
 )
 
 from otel_compaction import conversation
-from otel_compaction import semconv as sc
 from otel_compaction.ledger import ObligationLedger
+from otel_compaction.telemetry import semconv as sc
 
 ARGS = "gen_ai.tool.call.arguments"
 RESULT = "gen_ai.tool.call.result"

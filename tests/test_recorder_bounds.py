@@ -14,7 +14,7 @@ from opentelemetry.trace import StatusCode
 from telemetry_harness import key, ledger_rows, make_pipeline, names, number_points
 
 from otel_compaction.ledger import Obligation, ObligationLedger
-from otel_compaction.tracing import LedgerSpanProcessor
+from otel_compaction.telemetry.processor import LedgerSpanProcessor
 
 EVICTED = [("compaction.obligation.abandoned", {"compaction.abandon.reason": "evicted"})]
 

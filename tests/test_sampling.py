@@ -31,8 +31,8 @@ from telemetry_harness import (
 )
 
 from otel_compaction import conversation
-from otel_compaction import semconv as sc
-from otel_compaction.tracing import ObligationSampler
+from otel_compaction.telemetry import semconv as sc
+from otel_compaction.telemetry.sampler import ObligationSampler
 
 REQUESTS: list[tuple[int, int, bool]] = [(0, 4, False), (0, 2, False), (4, 8, False), (4, 8, True)]
 CONVERSATION = "conv-sampled"

@@ -28,10 +28,10 @@ from telemetry_harness import (
 )
 
 from otel_compaction import ToolCallRecorder, configure
-from otel_compaction import semconv as sc
 from otel_compaction.ledger import ObligationLedger
-from otel_compaction.metrics import CompactionMetrics
-from otel_compaction.telemetry import DecisionTelemetry
+from otel_compaction.telemetry import semconv as sc
+from otel_compaction.telemetry.decisions import DecisionTelemetry
+from otel_compaction.telemetry.metrics import CompactionMetrics
 
 MESSAGES = [user("hi"), calls(("c1", "search")), result("c1", "ok"), assistant("done")]
 

@@ -22,7 +22,7 @@ from telemetry_harness import (
 )
 
 from otel_compaction import conversation
-from otel_compaction import semconv as sc
+from otel_compaction.telemetry import semconv as sc
 
 OPEN = sc.METRIC_OPEN_OBLIGATIONS
 AGE = "compaction.obligation.age"

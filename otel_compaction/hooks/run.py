@@ -80,7 +80,7 @@ class _Hook:
     def run(self) -> HookResult:
         telemetry = None
         if any(self.environ.get(name) for name in _OTEL_SWITCHES):
-            from otel_compaction.telemetry import configure
+            from otel_compaction.telemetry.configuration import configure
 
             telemetry = configure(set_global=False)
         policy = Policy.load(self.environ.get("OTEL_COMPACTION_POLICY") or "default")

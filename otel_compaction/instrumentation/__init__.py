@@ -72,7 +72,7 @@ from otel_compaction.instrumentation._settings import Settings, frameworks
 from otel_compaction.instrumentation._wrapping import Patches
 from otel_compaction.integrations import Integration, Registration, registration
 from otel_compaction.ledger import ObligationLedger
-from otel_compaction.telemetry import Telemetry, configure
+from otel_compaction.telemetry.configuration import Telemetry, configure
 
 __all__ = [
     "CompactionAgentsInstrumentor",
@@ -398,7 +398,7 @@ class CompactionAnthropicInstrumentor(_SdkInstrumentor):
 
 
 class CompactionMCPInstrumentor(_IntegrationInstrumentor):
-    """MCP client tool calls (``ClientSession.call_tool``): `otel_compaction.integrations.mcp`."""
+    """MCP client tool calls (``ClientSession.call_tool``): `instrumentation.mcp`."""
 
     _registration = registration("mcp")
 

@@ -37,8 +37,8 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.trace import Span, TracerProvider
 
-from otel_compaction import semconv
 from otel_compaction._internal_errors import internal_errors
+from otel_compaction.telemetry import semconv
 
 __all__ = [
     "InferenceWatch",

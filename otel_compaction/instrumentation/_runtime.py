@@ -16,7 +16,7 @@ the request failed, and which claims ``gen_ai.operation.name`` ``chat`` (set whe
 when no other instrumentation's inference span started inside it (OpenInference's, which wraps
 the HTTP request beneath the SDK method): one ``chat``-like span per request either way. The
 first request after a compaction of its conversation, one a `GuardedCompactor` applied in this
-process (`otel_compaction.compactions`) or one detection saw (the transcript shrank), has
+process (`otel_compaction.telemetry.compactions`) or one detection saw (the transcript shrank), has
 ``gen_ai.conversation.compacted`` ``true`` on its request span.
 
 Guarantees: nothing here raises into the host (an internal error is logged; the request goes on
@@ -46,7 +46,6 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
-from otel_compaction import compactions, semconv
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.incremental import TranscriptCache
 from otel_compaction.instrumentation._inference import inference_span, watch, watching
@@ -72,8 +71,10 @@ from otel_compaction.instrumentation.detection import (
     check_request,
     check_response,
 )
-from otel_compaction.telemetry import Telemetry
-from otel_compaction.tracing import ToolCallHandle, package_tracer
+from otel_compaction.recorder import ToolCallHandle
+from otel_compaction.telemetry import compactions, semconv
+from otel_compaction.telemetry.configuration import Telemetry
+from otel_compaction.telemetry.scope import package_tracer
 from otel_compaction.transcript import Transcript
 
 __all__ = ["Exchange", "Runtime"]

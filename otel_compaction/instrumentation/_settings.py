@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from otel_compaction import semconv
 from otel_compaction.integrations import REGISTRY
 from otel_compaction.policy import Policy
+from otel_compaction.telemetry import semconv
 
 __all__ = ["FRAMEWORKS", "Settings", "frameworks"]
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from opentelemetry import baggage
 
 from otel_compaction.context import scoped_conversation_id
-from otel_compaction.semconv import GEN_AI_CONVERSATION_ID
+from otel_compaction.telemetry.semconv import GEN_AI_CONVERSATION_ID
 from otel_compaction.transcript import Transcript
 
 __all__ = [
@@ -147,7 +147,7 @@ def _agents_group_id() -> str | None:
     if "agents.tracing" not in sys.modules:
         return None
     try:
-        from otel_compaction.integrations.agents_tracing import current_group_id
+        from otel_compaction.integrations.openai_agents.tracing import current_group_id
     except Exception:
         _log.debug("otel-compaction: the Agents SDK integration cannot be imported")
         return None

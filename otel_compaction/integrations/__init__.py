@@ -1,9 +1,13 @@
-"""Guards for agent frameworks' own compactors and tool runtimes, one module per framework.
+"""Guards for agent frameworks' own compactors and tool runtimes, one subpackage per framework:
+`langchain` (LangChain and LangGraph) and `openai_agents` (the OpenAI Agents SDK).
 
-Every framework integration has the same three entry functions (the `Integration` protocol)
-and one row in `REGISTRY`: its name, its module, the library that turns it on, the versions
-it supports and the instrumentor that turns it on under auto-instrumentation. A new
-integration is one module and one row.
+Every integration has the same three entry functions (the `Integration` protocol) and one row
+in `REGISTRY`: its name, its module, the library that turns it on, the versions it supports
+and the instrumentor that turns it on under auto-instrumentation. The MCP client is a library
+the instrumentation wraps, like the model SDKs, so its module lives with them
+(`otel_compaction.instrumentation.mcp`) and has its row here too. A new integration is one
+subpackage and one row. `outer_call` is what the layers share: the tool call running now, so
+that a call two layers see is one obligation.
 
 Each module imports its framework lazily; importing this package never requires one.
 
@@ -11,7 +15,7 @@ Example:
     >>> from otel_compaction.integrations import registration
     >>> row = registration("mcp")
     >>> row.module, row.instruments, row.entry_point
-    ('otel_compaction.integrations.mcp', ('mcp >= 1.10, < 2',), 'compaction_mcp')
+    ('otel_compaction.instrumentation.mcp', ('mcp >= 1.10, < 2',), 'compaction_mcp')
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
-    from otel_compaction.telemetry import Telemetry
+    from otel_compaction.telemetry.configuration import Telemetry
 
 __all__ = ["REGISTRY", "Integration", "Registration", "registration"]
 
@@ -73,7 +77,7 @@ _INSTRUMENTATION = "otel_compaction.instrumentation"
 REGISTRY: tuple[Registration, ...] = (
     Registration(
         name="mcp",
-        module="otel_compaction.integrations.mcp",
+        module="otel_compaction.instrumentation.mcp",
         library="mcp",
         instruments=("mcp >= 1.10, < 2",),  # 2.x reworked ClientSession.call_tool
         instrumentor=f"{_INSTRUMENTATION}:CompactionMCPInstrumentor",

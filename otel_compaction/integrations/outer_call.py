@@ -20,7 +20,7 @@ from collections.abc import Callable
 from contextvars import ContextVar, Token
 
 from otel_compaction._internal_errors import internal_errors
-from otel_compaction.tracing import ToolCallHandle
+from otel_compaction.recorder import ToolCallHandle
 
 __all__ = ["Mark", "OuterCall", "current", "enter", "leave"]
 

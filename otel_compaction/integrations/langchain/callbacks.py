@@ -32,15 +32,15 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-from otel_compaction import semconv
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.integrations import outer_call
-from otel_compaction.integrations.langchain_messages import (
+from otel_compaction.integrations.langchain.messages import (
     SUMMARY_TAG,
     answered_calls,
     conversation_of,
 )
-from otel_compaction.tracing import ToolCallHandle, ToolCallRecorder
+from otel_compaction.recorder import ToolCallHandle, ToolCallRecorder
+from otel_compaction.telemetry import semconv
 
 __all__ = ["ObligationCallbackHandler"]
 

@@ -62,11 +62,11 @@ from typing import Any
 
 from agents.tracing import FunctionSpanData, Span, Trace, TracingProcessor, get_current_trace
 
-from otel_compaction import semconv
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.context import current_conversation_id
 from otel_compaction.integrations import outer_call
-from otel_compaction.tracing import ToolCallHandle, ToolCallRecorder
+from otel_compaction.recorder import ToolCallHandle, ToolCallRecorder
+from otel_compaction.telemetry import semconv
 
 __all__ = ["ObligationTracingProcessor", "current_group_id"]
 

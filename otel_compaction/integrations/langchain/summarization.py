@@ -48,7 +48,7 @@ from otel_compaction.archive import Archive
 from otel_compaction.compactor import CompactionResult, GuardedCompactor
 from otel_compaction.errors import CompactionRefused
 from otel_compaction.gate import CompactionGate, Decision, SpanError, refusal_error
-from otel_compaction.integrations.langchain_messages import (
+from otel_compaction.integrations.langchain.messages import (
     SUMMARY_TAG,
     conversation_of,
     resolve_from_messages,
@@ -56,7 +56,7 @@ from otel_compaction.integrations.langchain_messages import (
 )
 from otel_compaction.policy import Policy
 from otel_compaction.summarizers import _INSTRUCTIONS, Summarizer, SummaryRequest
-from otel_compaction.telemetry import Telemetry
+from otel_compaction.telemetry.configuration import Telemetry
 
 __all__ = [
     "ChatModelSummarizer",

@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, ToolMes
 
 from otel_compaction.context import current_conversation_id
 from otel_compaction.ledger import ResolutionStatus
-from otel_compaction.tracing import ToolCallRecorder
+from otel_compaction.recorder import ToolCallRecorder
 
 __all__ = [
     "SUMMARY_TAG",

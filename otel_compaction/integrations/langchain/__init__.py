@@ -1,8 +1,8 @@
 """LangChain and LangGraph: tool calls as obligations, and summarization behind the gate.
 
-* `ObligationCallbackHandler` (in `langchain_callbacks`): the tool calls of LangChain and
+* `ObligationCallbackHandler` (in `callbacks`): the tool calls of LangChain and
   LangGraph runs become obligations (``execute_tool`` / ``tool_result`` spans, ledger records).
-* `GuardedSummarizationMiddleware` and `ChatModelSummarizer` (in `langchain_summarization`):
+* `GuardedSummarizationMiddleware` and `ChatModelSummarizer` (in `summarization`):
   a ``create_agent`` middleware that summarizes through the gate and the guarded compactor in
   place of a token cut.
 * `guard_builtin_summarization` / `unguard_builtin_summarization`: LangChain's own
@@ -35,9 +35,9 @@ from otel_compaction._internal_errors import internal_errors
 if TYPE_CHECKING:
     from contextvars import ContextVar
 
-    from otel_compaction.integrations.langchain_callbacks import ObligationCallbackHandler
-    from otel_compaction.integrations.langchain_messages import SUMMARY_TAG, to_openai_messages
-    from otel_compaction.integrations.langchain_summarization import (
+    from otel_compaction.integrations.langchain.callbacks import ObligationCallbackHandler
+    from otel_compaction.integrations.langchain.messages import SUMMARY_TAG, to_openai_messages
+    from otel_compaction.integrations.langchain.summarization import (
         ChatModelSummarizer,
         ContextSize,
         GuardedSummarizationMiddleware,
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
         unguard_builtin_summarization,
     )
     from otel_compaction.policy import Policy
-    from otel_compaction.telemetry import Telemetry
+    from otel_compaction.telemetry.configuration import Telemetry
 
 __all__ = [
     "GUARD_SUMMARIZATION_ENV",
@@ -72,9 +72,9 @@ GUARD_SUMMARIZATION_ENV = "OTEL_COMPACTION_GUARD_LANGCHAIN_SUMMARIZATION"
 """``true`` makes `instrument` guard the built-in ``SummarizationMiddleware`` too."""
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
-_CALLBACKS = "otel_compaction.integrations.langchain_callbacks"
-_MESSAGES = "otel_compaction.integrations.langchain_messages"
-_SUMMARIZATION = "otel_compaction.integrations.langchain_summarization"
+_CALLBACKS = "otel_compaction.integrations.langchain.callbacks"
+_MESSAGES = "otel_compaction.integrations.langchain.messages"
+_SUMMARIZATION = "otel_compaction.integrations.langchain.summarization"
 _LAZY = {
     "ObligationCallbackHandler": _CALLBACKS,
     "to_openai_messages": _MESSAGES,
@@ -147,7 +147,7 @@ def instrument(
     try:
         from langchain_core.tracers.context import register_configure_hook
 
-        from otel_compaction.integrations.langchain_callbacks import ObligationCallbackHandler
+        from otel_compaction.integrations.langchain.callbacks import ObligationCallbackHandler
     except ImportError:
         _log.debug("otel-compaction: langchain is not installed; its tool calls are not recorded")
         return False

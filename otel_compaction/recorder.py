@@ -1,15 +1,11 @@
-"""Tool calls and their results as linked spans, feeding the obligation ledger.
+"""`ToolCallRecorder`: tool calls and their results as linked spans, feeding the obligation ledger.
 
-Three ways in, one ledger:
-
-* `ToolCallRecorder`, for runtimes that are not auto-instrumented: a call opens an obligation
-  and starts an ``execute_tool {tool}`` span that lives until the terminal resolution; the
-  result gets its own ``tool_result {tool}`` span linked to the call span. The recorder writes
-  the ledger directly, so sampling can never blind it.
-* `LedgerSpanProcessor`, which picks up ``execute_tool`` spans made by other
-  instrumentations (some set ``gen_ai.tool.call.id`` only when the span ends).
-* `ObligationSampler`, which wraps a sampler and turns a drop of an obligation span into
-  record-only, so the processor still sees it while exporters do not.
+For runtimes that are not auto-instrumented: a call opens an obligation and starts an
+``execute_tool {tool}`` span that lives until the terminal resolution; the result gets its own
+``tool_result {tool}`` span linked to the call span. The recorder writes the ledger directly, so
+sampling can never blind it. (Spans other instrumentations make reach the ledger through
+`otel_compaction.telemetry.processor.LedgerSpanProcessor`, kept recorded by
+`otel_compaction.telemetry.sampler.ObligationSampler`.)
 
 Nothing here raises into the host: every entry point keeps an internal fault (of the ledger,
 a span, a metric) out of it with one guard, `internal_errors`, which logs it once and lets the
@@ -32,7 +28,6 @@ import functools
 import inspect
 import itertools
 import json
-import os
 import threading
 import time
 import weakref
@@ -43,51 +38,25 @@ from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.sdk.trace import Span as SdkSpan
-from opentelemetry.sdk.trace.sampling import Decision as SamplingDecision
-from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import Attributes
 
-from otel_compaction import semconv
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.context import current_conversation_id
 from otel_compaction.ledger import Obligation, ObligationKind, ObligationLedger, ResolutionStatus
-from otel_compaction.metrics import CompactionMetrics
+from otel_compaction.telemetry import semconv
+from otel_compaction.telemetry.metrics import CompactionMetrics
+from otel_compaction.telemetry.scope import capture_content_enabled, package_tracer
 
-__all__ = [
-    "LedgerSpanProcessor",
-    "ObligationHandle",
-    "ObligationSampler",
-    "ToolCallHandle",
-    "ToolCallRecorder",
-    "capture_content_enabled",
-    "is_obligation_span",
-    "package_tracer",
-]
+__all__ = ["ObligationHandle", "RetryChain", "ToolCallHandle", "ToolCallRecorder"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_TRUE = frozenset({"1", "true", "yes", "on"})
 _CLAIM_LOCK = threading.Lock()  # held for a flag flip only
 _MAX_CONTENT = 8_192
 _NO_LAYERS: frozenset[str] = frozenset()
 _EARLY_DROPS = 1_024  # dropped records remembered until their handle is indexed (a race)
-
-
-def capture_content_enabled() -> bool:
-    """Whether arguments and results are put on spans: the GenAI content-capture switch,
-    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``."""
-    return os.environ.get(semconv.CAPTURE_CONTENT_ENV, "").strip().lower() in _TRUE
-
-
-def is_obligation_span(name: str, attributes: Attributes) -> bool:
-    """True for spans that open an obligation: ``execute_tool`` spans of any instrumentation."""
-    if attributes and attributes.get(semconv.GEN_AI_OPERATION_NAME) == semconv.EXECUTE_TOOL:
-        return True
-    return name == semconv.EXECUTE_TOOL or name.startswith(semconv.EXECUTE_TOOL + " ")
 
 
 def _content(value: Any) -> str:
@@ -115,17 +84,6 @@ def _error_type(error: BaseException | str | None) -> str:
     if isinstance(error, BaseException):
         return type(error).__qualname__
     return error
-
-
-def package_tracer(tracer_provider: TracerProvider | None = None) -> trace.Tracer:
-    """This package's tracer from `tracer_provider` (the global one when None); a no-op
-    tracer when the provider fails, so that telemetry never breaks the host."""
-    from otel_compaction import __version__
-
-    with internal_errors("getting a tracer"):
-        provider = tracer_provider or trace.get_tracer_provider()
-        return provider.get_tracer(semconv.SCOPE, __version__)
-    return trace.NoOpTracer()
 
 
 class ObligationHandle:
@@ -933,106 +891,3 @@ def _bound(
         with internal_errors("binding a tool's arguments"), contextlib.suppress(TypeError):
             return dict(signature.bind_partial(*args, **kwargs).arguments)
     return {"args": list(args), **kwargs}
-
-
-class LedgerSpanProcessor(SpanProcessor):
-    """Feeds the ledger from ``execute_tool`` spans made by any instrumentation.
-
-    Spans of this package's own recorder are skipped (the recorder writes the ledger itself).
-    A span without ``gen_ai.tool.call.id`` at start is tracked by its span id and re-keyed
-    when the id appears at the end. Open entries are held in a dict keyed by span id, no more
-    of them than the ledger keeps open obligations (`ObligationLedger.max_open`: a span that
-    never ends is forgotten once that many started after it); `shutdown` abandons whatever is
-    still open. No callback raises: an internal fault is logged.
-    """
-
-    def __init__(self, ledger: ObligationLedger) -> None:
-        self.ledger = ledger
-        self._open: OrderedDict[int, tuple[str | None, str]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @internal_errors("feeding the ledger from a started span")
-    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
-        scope = span.instrumentation_scope
-        if scope is not None and scope.name == semconv.SCOPE:
-            return
-        attributes = span.attributes or {}
-        if not is_obligation_span(span.name, attributes):
-            return
-        context = span.get_span_context()
-        if context is None:
-            return
-        conversation = attributes.get(semconv.GEN_AI_CONVERSATION_ID)
-        conversation_id = str(conversation) if conversation else current_conversation_id()
-        call_id = attributes.get(semconv.GEN_AI_TOOL_CALL_ID)
-        key = str(call_id) if call_id else f"span:{context.span_id:016x}"
-        name = attributes.get(semconv.GEN_AI_TOOL_NAME) or span.name
-        self.ledger.open(conversation_id, "tool_call", key, name=str(name))
-        with self._lock:
-            self._open[context.span_id] = (conversation_id, key)
-            if len(self._open) > self.ledger.max_open:
-                self._open.popitem(last=False)  # the ledger dropped its record: oldest first
-
-    @internal_errors("feeding the ledger from an ended span")
-    def on_end(self, span: ReadableSpan) -> None:
-        context = span.get_span_context()
-        if context is None:
-            return
-        with self._lock:
-            entry = self._open.pop(context.span_id, None)
-        if entry is None:
-            return
-        conversation_id, key = entry
-        call_id = (span.attributes or {}).get(semconv.GEN_AI_TOOL_CALL_ID)
-        if call_id and str(call_id) != key:
-            self.ledger.rekey(conversation_id, key, str(call_id))
-            key = str(call_id)
-        if span.status.status_code == StatusCode.ERROR:
-            error_type = (span.attributes or {}).get(semconv.ERROR_TYPE)
-            self.ledger.resolve(
-                conversation_id,
-                key,
-                "error",
-                error_type=str(error_type) if error_type else semconv.ERROR_TYPE_OTHER,
-            )
-        else:
-            self.ledger.resolve(conversation_id, key, "result")
-
-    def shutdown(self) -> None:
-        with self._lock:
-            leftover = list(self._open.values())
-            self._open.clear()
-        for conversation_id, key in leftover:
-            with internal_errors("abandoning an open span's obligation at shutdown"):
-                self.ledger.resolve(conversation_id, key, "abandoned")
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
-
-
-class ObligationSampler(Sampler):
-    """Wraps a sampler: obligation spans it would drop are recorded (not exported) instead,
-    so processors that feed the ledger still see them."""
-
-    def __init__(self, delegate: Sampler) -> None:
-        self.delegate = delegate
-
-    def should_sample(
-        self,
-        parent_context: Context | None,
-        trace_id: int,
-        name: str,
-        kind: SpanKind | None = None,
-        attributes: Attributes = None,
-        links: Sequence[Link] | None = None,
-        trace_state: trace.TraceState | None = None,
-    ) -> SamplingResult:
-        result = self.delegate.should_sample(
-            parent_context, trace_id, name, kind, attributes, links, trace_state
-        )
-        if result.decision == SamplingDecision.DROP and is_obligation_span(name, attributes):
-            return SamplingResult(SamplingDecision.RECORD_ONLY, attributes, result.trace_state)
-        return result
-
-    def get_description(self) -> str:
-        return f"ObligationSampler{{{self.delegate.get_description()}}}"

@@ -1,9 +1,9 @@
 """The OpenAI Agents SDK: function tools as obligations, and its compaction guarded.
 
-* `ObligationTracingProcessor` (in `agents_tracing`): the SDK's function-tool spans become
+* `ObligationTracingProcessor` (in `tracing`): the SDK's function-tool spans become
   obligations in the ledger, with ``execute_tool`` / ``tool_result`` spans; over the
   instrumented OpenAI SDK a span joins the call that layer opened, so each call is one.
-* `CompactionGuardSession` (in `agents_session`): wraps the SDK's compaction session and asks
+* `CompactionGuardSession` (in `session`): wraps the SDK's compaction session and asks
   the gate before every compaction, deferring or refusing while obligations are open.
 * `instrument` registers one processor with the SDK's tracing; `uninstrument` turns it off.
 
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from otel_compaction._internal_errors import internal_errors
 
 if TYPE_CHECKING:
-    from otel_compaction.integrations.agents_session import CompactionGuardSession
-    from otel_compaction.integrations.agents_tracing import ObligationTracingProcessor
-    from otel_compaction.telemetry import Telemetry
+    from otel_compaction.integrations.openai_agents.session import CompactionGuardSession
+    from otel_compaction.integrations.openai_agents.tracing import ObligationTracingProcessor
+    from otel_compaction.telemetry.configuration import Telemetry
 
 __all__ = [
     "CompactionGuardSession",
@@ -43,8 +43,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _LAZY = {
-    "ObligationTracingProcessor": "otel_compaction.integrations.agents_tracing",
-    "CompactionGuardSession": "otel_compaction.integrations.agents_session",
+    "ObligationTracingProcessor": "otel_compaction.integrations.openai_agents.tracing",
+    "CompactionGuardSession": "otel_compaction.integrations.openai_agents.session",
 }
 
 
@@ -77,7 +77,7 @@ def instrument(telemetry: Telemetry) -> bool:
     """
     try:
         tracing = importlib.import_module("agents.tracing")
-        from otel_compaction.integrations.agents_tracing import ObligationTracingProcessor
+        from otel_compaction.integrations.openai_agents.tracing import ObligationTracingProcessor
     except ImportError:
         _log.debug("otel-compaction: openai-agents is not installed; its tools are not recorded")
         return False

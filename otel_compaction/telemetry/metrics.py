@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
-from otel_compaction import semconv
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.ledger import Obligation, ObligationLedger
+from otel_compaction.telemetry import semconv
 
 __all__ = ["CompactionMetrics"]
 

@@ -42,13 +42,13 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from otel_compaction import semconv
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.integrations import outer_call
-from otel_compaction.tracing import ToolCallHandle, ToolCallRecorder
+from otel_compaction.recorder import ToolCallHandle, ToolCallRecorder
+from otel_compaction.telemetry import semconv
 
 if TYPE_CHECKING:
-    from otel_compaction.telemetry import Telemetry
+    from otel_compaction.telemetry.configuration import Telemetry
 
 __all__ = ["TIMEOUT_CODE", "TOOL_ERROR", "instrument", "is_instrumented", "uninstrument"]
 
