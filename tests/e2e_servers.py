@@ -44,6 +44,7 @@ __all__ = [
     "ManagedProcess",
     "PhoenixServer",
     "PrometheusServer",
+    "environment_python",
     "free_port",
     "get_json",
     "phoenix_python",
@@ -388,17 +389,31 @@ def phoenix_python() -> str:
         ".venv-phoenix/bin/pip install -r tests/phoenix-requirements.txt "
         f"(or set {PHOENIX_PYTHON_ENV})"
     )
-    configured = os.environ.get(PHOENIX_PYTHON_ENV)
+    local = REPO_ROOT / ".venv-phoenix" / "bin" / "python"
+    if (
+        os.environ.get(PHOENIX_PYTHON_ENV)
+        or local.is_file()
+        or not importlib.util.find_spec("phoenix")
+    ):
+        missing = f"Arize Phoenix is not installed; {hint}"
+        return environment_python(PHOENIX_PYTHON_ENV, ".venv-phoenix", missing)
+    return sys.executable  # this interpreter has Phoenix
+
+
+def environment_python(variable: str, environment: str, missing: str) -> str:
+    """The Python of a virtual environment the tests keep apart from this one: the one the
+    environment variable `variable` names, else the repository's `environment` (such as
+    ``.venv-phoenix``). Skips (fails under CI) with `missing` when there is neither, or with
+    what is wrong when `variable` names no file."""
+    configured = os.environ.get(variable)
     if configured:
         if not Path(configured).is_file():
-            unavailable(f"{PHOENIX_PYTHON_ENV}={configured} is not a file")
+            unavailable(f"{variable}={configured} is not a file")
         return configured
-    local = REPO_ROOT / ".venv-phoenix" / "bin" / "python"
+    local = REPO_ROOT / environment / "bin" / "python"
     if local.is_file():
         return str(local)
-    if importlib.util.find_spec("phoenix") is not None:
-        return sys.executable
-    return unavailable(f"Arize Phoenix is not installed; {hint}")
+    return unavailable(missing)
 
 
 class PhoenixServer:

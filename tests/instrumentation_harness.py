@@ -31,6 +31,7 @@ from llm_clients import (
 )
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
 from telemetry_harness import Pipeline, make_pipeline, number_points
 
 from otel_compaction.instrumentation import CompactionInstrumentor
@@ -46,8 +47,11 @@ __all__ = [
     "Instrumented",
     "Mode",
     "Style",
+    "bookkeeping_on_their_chat_spans",
+    "each_taken_out",
     "instrumented_fixture",
     "request_spans",
+    "their_chat_spans_open_no_obligations",
     "unavailable",
 ]
 
@@ -143,6 +147,70 @@ class Beside:
         for owner, name, found in self.original:
             setattr(owner, name, found)
         self.pipeline.shutdown()
+
+
+def bookkeeping_on_their_chat_spans(
+    both: Beside,
+    agent: Agent,
+    ids: ScenarioIds,
+    their_span: tuple[str, str],
+    *,
+    their_events: frozenset[str] = frozenset(),
+) -> None:
+    """`run_compaction_scenario` beside another instrumentation: every call is one obligation,
+    every detection one report, on the other instrumentation's chat spans (`their_span`: name
+    and instrumentation scope; `their_events` the events it adds of its own), one per request:
+    the results are their children, the calls link to them and start beside them, and
+    otel-compaction makes no span of its own."""
+    run_compaction_scenario(agent, both.instrumented, ids)
+
+    summary = scenario_summary(both.instrumented)
+    for request in summary["requests"]:
+        theirs = {name for name, _ in request["events"] if not name.startswith("compaction.")}
+        assert theirs <= their_events
+        request["events"] = [e for e in request["events"] if e[0].startswith("compaction.")]
+    assert summary == expected_scenario(agent.api, ids, streamed=agent.style != "json")
+    spans = both.pipeline.spans()
+    chats = sorted(
+        (s for s in spans if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) == "chat"),
+        key=lambda s: s.start_time or 0,
+    )
+    name, scope = their_span
+    assert [
+        (s.name, s.kind, s.instrumentation_scope.name)  # type: ignore[union-attr]
+        for s in chats
+    ] == [(name, SpanKind.CLIENT, scope)] * 4
+    assert request_spans(spans) == chats
+    assert both.pipeline.spans(sc.MODEL_REQUEST_SPAN) == []
+
+
+def their_chat_spans_open_no_obligations(both: Beside, agent: Agent, their_span: str) -> None:
+    """Two requests without tool calls beside another instrumentation: its two chat spans
+    (named `their_span`) open no obligation."""
+    agent.script(text="Nothing to do.")
+    agent.ask()
+    agent.script(text="Still nothing.")
+    agent.ask()
+
+    assert len(both.pipeline.spans(their_span)) == 2
+    ledger = both.pipeline.ledger
+    assert [ledger.snapshot(c).obligations for c in ledger.conversations()] == []
+    assert ledger.open_counts() == {}
+
+
+def each_taken_out(both: Beside, agent: Agent, *, other_first: bool) -> None:
+    """Uninstrument both, one after the other (the other instrumentation first when
+    `other_first`): after each the client works, streams included, and otel-compaction's
+    wrappers are gone (the other's ``uninstrument()`` unwraps whatever wrapper is outermost,
+    and otel-compaction's is beneath it in either order: each takes out its own)."""
+    first, second = (both.other, both.compaction) if other_first else (both.compaction, both.other)
+    for instrumentor in (first, second):
+        instrumentor.uninstrument()
+        agent.script(ToolCall("search", {"q": "x"}))
+        assert agent.ask().calls[0][1] == "search"
+
+    assert len(request_spans(both.pipeline.spans())) == int(other_first)
+    assert both.ours_left() == []
 
 
 def request_spans(spans: list[ReadableSpan]) -> list[ReadableSpan]:

@@ -22,24 +22,18 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
-from fake_llm_server import (
-    Api,
-    FakeLLMServer,
-    ToolCall,
-)
+from fake_llm_server import Api, FakeLLMServer
 from instrumentation_harness import (
     Agent,
     Beside,
     Mode,
     ScenarioIds,
     Style,
-    expected_scenario,
-    request_spans,
-    run_compaction_scenario,
-    scenario_summary,
+    bookkeeping_on_their_chat_spans,
+    each_taken_out,
+    their_chat_spans_open_no_obligations,
 )
 from llm_clients import require_sdks
-from opentelemetry.trace import SpanKind
 
 from otel_compaction.telemetry import semconv as sc
 
@@ -122,67 +116,26 @@ def both_fixture(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 def test_one_chat_span_per_request_carries_the_bookkeeping(
     both: Both, fake_llm_server: FakeLLMServer, mode: Mode, style: Style
 ) -> None:
-    ids = IDS[both.library]
-    run_compaction_scenario(both.agent(fake_llm_server, mode, style), both.instrumented, ids)
-
-    # Every call is one obligation, every detection one report, on OpenLLMetry's chat spans:
-    # the results are their children, the calls link to them and start beside them.
-    api = API[both.library]
-    summary = scenario_summary(both.instrumented)
-    # OpenLLMetry adds an event per streamed chunk to its span; otel-compaction's are its own.
-    for request in summary["requests"]:
-        theirs = [name for name, _ in request["events"] if not name.startswith("compaction.")]
-        assert set(theirs) <= {"gen_ai.content.completion.chunk"}
-        request["events"] = [e for e in request["events"] if e[0].startswith("compaction.")]
-    assert summary == expected_scenario(api, ids, streamed=style != "json")
-    spans = both.pipeline.spans()
-    chats = sorted(
-        (s for s in spans if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) == "chat"),
-        key=lambda s: s.start_time or 0,
+    # OpenLLMetry adds an event per streamed chunk to its span.
+    chunks = frozenset({"gen_ai.content.completion.chunk"})
+    agent = both.agent(fake_llm_server, mode, style)
+    bookkeeping_on_their_chat_spans(
+        both, agent, IDS[both.library], SPAN[both.library], their_events=chunks
     )
-    name, scope = SPAN[both.library]
-    assert [
-        (s.name, s.kind, s.instrumentation_scope.name)  # type: ignore[union-attr]
-        for s in chats
-    ] == [(name, SpanKind.CLIENT, scope)] * 4
-    assert request_spans(spans) == chats
-    assert both.pipeline.spans(sc.MODEL_REQUEST_SPAN) == []
 
 
 def test_openllmetry_chat_spans_open_no_obligations(
     both: Both, fake_llm_server: FakeLLMServer
 ) -> None:
-    agent = both.agent(fake_llm_server)
-    agent.script(text="Nothing to do.")
-    agent.ask()
-    agent.script(text="Still nothing.")
-    agent.ask()
-
-    assert len(both.pipeline.spans(SPAN[both.library][0])) == 2
-    ledger = both.pipeline.ledger
-    assert [ledger.snapshot(c).obligations for c in ledger.conversations()] == []
-    assert ledger.open_counts() == {}
+    their_chat_spans_open_no_obligations(both, both.agent(fake_llm_server), SPAN[both.library][0])
 
 
 @pytest.mark.parametrize("first_out", ["compaction", "openllmetry"])
 def test_taking_either_out_leaves_the_sdk_working(
     both: Both, fake_llm_server: FakeLLMServer, first_out: str
 ) -> None:
-    first, second = (
-        (both.compaction, both.other)
-        if first_out == "compaction"
-        else (both.other, both.compaction)
-    )
     agent = both.agent(fake_llm_server, *STYLES[both.library][1])
-    for instrumentor in (first, second):
-        instrumentor.uninstrument()
-        agent.script(ToolCall("search", {"q": "x"}))
-        assert agent.ask().calls[0][1] == "search"  # the client works, streams included
-
-    # OpenLLMetry's uninstrument() unwraps whatever wrapper is outermost, and otel-compaction's
-    # is beneath it in either order: each takes out its own. (OpenLLMetry's OpenAI
-    # instrumentation leaves a wrapper of its own on ``create`` even when it is alone.)
-    recorded_after_first = first_out == "openllmetry"
-    assert len(request_spans(both.pipeline.spans())) == int(recorded_after_first)
-    assert both.ours_left() == []
+    each_taken_out(both, agent, other_first=first_out == "openllmetry")
+    # OpenLLMetry's OpenAI instrumentation leaves a wrapper of its own on ``create`` even when
+    # it is alone; its Anthropic one puts every method back.
     assert both.restored() == (both.library == "anthropic")

@@ -10,13 +10,11 @@ pass. Without either they skip, and fail under ``CI=true``.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 from pathlib import Path
 
-from conftest import REPO_ROOT
-from instrumentation_harness import unavailable
+from e2e_servers import environment_python
 
 PYTHON_ENV = "OTEL_COMPACTION_OPENLLMETRY_PYTHON"
 MODULES = ("opentelemetry.instrumentation.openai", "opentelemetry.instrumentation.anthropic")
@@ -35,23 +33,15 @@ if _installed_here():
     )
 else:
 
-    def _python() -> str:
-        configured = os.environ.get(PYTHON_ENV)
-        if configured:
-            if not Path(configured).is_file():
-                unavailable(f"{PYTHON_ENV}={configured} is not a file")
-            return configured
-        local = REPO_ROOT / ".venv-openllmetry" / "bin" / "python"
-        if not local.is_file():
-            unavailable(
-                "OpenLLMetry (opentelemetry-instrumentation-openai, -anthropic) is not installed;"
-                " make its environment with: bash tests/openllmetry-env.sh"
-            )
-        return str(local)
-
     def test_beside_openllmetry_in_its_environment() -> None:
+        python = environment_python(
+            PYTHON_ENV,
+            ".venv-openllmetry",
+            "OpenLLMetry (opentelemetry-instrumentation-openai, -anthropic) is not installed;"
+            " make its environment with: bash tests/openllmetry-env.sh",
+        )
         run = subprocess.run(
-            [_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "openllmetry_cases.py"],
+            [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "openllmetry_cases.py"],
             cwd=Path(__file__).parent,
             capture_output=True,
             text=True,
