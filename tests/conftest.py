@@ -22,12 +22,13 @@ import pytest
 pytest_plugins = [
     "archive_harness",  # archive: a SQLite archive in the test's directory
     "fake_llm_server",  # fake_llm_server: the fake model server on loopback
-    "instrumentation_harness",  # instrumented: the SDKs instrumented into in-memory pipelines
     "llm_clients",  # sdks: the openai and anthropic SDKs, or a skip
     "otlp_receiver",  # otlp_receiver, otlp_http_receiver, otlp_grpc_receiver: OTLP on loopback
     "telemetry_harness",  # pipeline: in-memory telemetry
+    "instrumentation_harness",  # instrumented: the SDKs instrumented into in-memory pipelines
 ]
-"""The helper modules whose fixtures every test module may use without importing them."""
+"""The helper modules whose fixtures every test module may use without importing them. Each
+comes after those it imports, so that pytest rewrites the asserts of every one of them."""
 
 CORPUS_ENV = "OTEL_COMPACTION_CORPUS"
 """Environment variable that overrides the corpus directory."""
@@ -95,7 +96,9 @@ def load_corpus(directory: Path) -> list[Transcript]:
 
 def unavailable(reason: str) -> NoReturn:
     """Skip the test (or, called while a module is imported, the module) whose requirement is
-    missing, with `reason`; fail instead under ``CI=true``, which must never skip silently."""
+    missing, with `reason`; fail instead under ``CI=true``, which must never skip silently. The
+    report names the caller's line."""
+    __tracebackhide__ = True
     if running_in_ci():
         pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
