@@ -374,6 +374,50 @@ def test_a_call_no_other_layer_opened_is_the_spans_own_obligation(processed: Pip
     ]
 
 
+@pytest.mark.parametrize("approve", [True, False])
+def test_a_call_waiting_for_approval_is_one_obligation_until_it_is_decided(
+    pipeline: Pipeline, fake_llm_server: FakeLLMServer, approve: bool
+) -> None:
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def restart(service: str) -> str:
+        """Restart a service."""
+        ran.append(service)
+        return f"{service} restarted"
+
+    fake = fake_llm_server
+    fake.enqueue("responses", tool_calls=[ToolCall("restart", {"service": "api"}, id="call_re")])
+    fake.enqueue("responses", "Done.")
+    agent = _agent(fake, restart)
+    config = RunConfig(group_id="conv-approve")
+
+    async def scenario() -> tuple[list[tuple[Any, ...]], Any]:
+        paused = await Runner.run(agent, "Restart api.", run_config=config)
+        [item] = paused.interruptions
+        at_pause = _records(pipeline)
+        state = paused.to_state()
+        if approve:
+            state.approve(item)
+        else:
+            state.reject(item)
+        resumed = await Runner.run(agent, state, run_config=config)
+        return at_pause, resumed.final_output
+
+    at_pause, final = asyncio.run(scenario())
+
+    # The SDK layer opened the call from the model's function_call; the paused run's function
+    # span joined it and left it open; the decision resolves it, once.
+    assert at_pause == [("tool_call", "call_re", "restart", "conv-approve", 0, None)]
+    assert final == "Done."
+    status = "result" if approve else "error"
+    assert _records(pipeline) == [("tool_call", "call_re", "restart", "conv-approve", 0, status)]
+    assert ran == (["api"] if approve else [])
+    assert [s.name for s in _tool_spans(pipeline, sc.EXECUTE_TOOL)] == ["execute_tool restart"]
+    assert [_result_of(pipeline, "call_re")[sc.OBLIGATION_STATUS]] == [status]
+    assert _findings(pipeline) == []
+
+
 # -- MCP inside a framework's tool ---------------------------------------------------------------
 
 
