@@ -290,6 +290,45 @@ def test_a_rejected_call_is_resolved_as_an_error_and_never_runs(pipeline: Pipeli
     ]
     assert pipeline.ledger.open_obligations() == ()
     assert [status for _, _, status in call_spans(pipeline)] == ["error"]
+    [outcome] = pipeline.spans(f"{sc.TOOL_RESULT_SPAN} delete_branch")
+    assert (outcome.attributes or {})[sc.ERROR_TYPE] == "rejected"
+
+
+def test_a_call_the_sdk_rejects_at_once_is_resolved_as_rejected(pipeline: Pipeline) -> None:
+    # Rejected for good at the pause, the tool's next call is rejected by the SDK in its span,
+    # with the rejection's text as the span's error: that text is content, not an error type.
+    deleted: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_branch(branch: str) -> str:
+        """Delete a git branch."""
+        deleted.append(branch)
+        return f"{branch} deleted"
+
+    model = ScriptedModel(
+        [call("c1", "delete_branch", branch="main")],
+        [call("c2", "delete_branch", branch="release-7")],
+        [text("done")],
+    )
+    agent = Agent(name="git", model=model, tools=[delete_branch])
+    config = RunConfig(group_id="conv-never")
+
+    async def scenario() -> None:
+        paused = await Runner.run(agent, "clean up", run_config=config)
+        state = paused.to_state()
+        [item] = paused.interruptions
+        state.reject(item, always_reject=True, rejection_message="Never delete DO-NOT-LEAK.")
+        assert (await Runner.run(agent, state, run_config=config)).final_output == "done"
+
+    asyncio.run(scenario())
+
+    assert deleted == []
+    assert [(row[4], row[5]) for row in ledger_rows(pipeline.ledger, "conv-never")] == [
+        (0, "error"),
+        (1, "error"),
+    ]
+    outcomes = pipeline.spans(f"{sc.TOOL_RESULT_SPAN} delete_branch")
+    assert [(s.attributes or {})[sc.ERROR_TYPE] for s in outcomes] == ["rejected", "rejected"]
 
 
 def test_parallel_calls_waiting_for_approval_keep_their_own_obligations(

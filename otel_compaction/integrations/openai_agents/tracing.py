@@ -29,10 +29,12 @@ without the tool having run, and the run returns the approval in ``interruptions
 stays open while the approval is pending. When the run resumes after ``approve`` the tool runs
 in a new function span, which takes that call again (the same tool in the same conversation,
 told apart by the model's call id once the SDK looks at its approval); ``reject`` resolves the
-call as an error, as a human-in-the-loop rejection is (the resumed run tells the model without
-a function span). The SDK shows neither the pause nor the decision to tracing processors, so
-the processor wraps the two places it happens, once per process: the function-tool executor's
-approval step (``_FunctionToolBatchExecutor._maybe_execute_tool_approval``, which returns the
+call as an error (``error.type`` ``rejected``; the rejection's text is content), as a
+human-in-the-loop rejection is (the resumed run tells the model without a function span), and
+so does a function span the SDK rejects at once (``always_reject`` earlier). The SDK shows
+neither the pause nor the decision to tracing processors, so the processor wraps the two places
+it happens, once per process: the function-tool executor's approval step
+(``_FunctionToolBatchExecutor._maybe_execute_tool_approval``, which returns the
 ``ToolApprovalItem`` when approval is pending) and ``RunContextWrapper.reject_tool``. The
 wrappers call the SDK exactly once, return what it returned and pass its exceptions; an SDK
 without that step keeps the older behaviour (the pause resolves the call as a result).
@@ -74,6 +76,8 @@ _log = logging.getLogger(__name__)
 
 _MAX_ARGUMENTS = 8_192
 _MAX_WAITING = 10_000
+_REJECTED = "rejected"
+"""The ``error.type`` of a call a human rejected (the rejection's text is content)."""
 
 
 def current_group_id() -> str | None:
@@ -99,7 +103,7 @@ class _Run:
 class _Open:
     """An open function span: its call, whether the call is another layer's it joined, the
     token of its mark as the running tool's call, the model's call id once the SDK's approval
-    step saw it, and whether that step left the call waiting for approval."""
+    step saw it, and whether that step left the call waiting for approval or rejected it."""
 
     span: Span[Any]
     handle: ToolCallHandle
@@ -107,6 +111,7 @@ class _Open:
     token: outer_call.Mark | None = None
     call_id: str | None = None
     awaiting: bool = False
+    rejected: bool = False
 
 
 class ObligationTracingProcessor(TracingProcessor):
@@ -183,6 +188,9 @@ class ObligationTracingProcessor(TracingProcessor):
         if entry.awaiting and error is None:
             self._wait(entry)  # the tool did not run: the call stays open
             return
+        if entry.rejected:  # a decision made before the run (``always_reject``)
+            handle.error(_REJECTED, content=error.get("message") if error else None)
+            return
         if error is not None:
             handle.error(error.get("message") or "tool_error", content=error.get("data"))
         elif isinstance(sys.exc_info()[1], asyncio.CancelledError):
@@ -217,11 +225,11 @@ class ObligationTracingProcessor(TracingProcessor):
                     return _Open(span, handle, waiting.joined, call_id=waiting.call_id)
         return None
 
-    def _approval_seen(self, span_id: str, call_id: str, pending: bool) -> None:
+    def _approval_seen(self, span_id: str, call_id: str, pending: bool, rejected: bool) -> None:
         """The SDK's approval step ran in function span `span_id` for the model's `call_id`
-        (`pending` when it left the call waiting for approval). A span that took a waiting call
-        of another id gives it back, for the call waiting under its own id or a call of its
-        own (a second call of the tool in the run that pauses)."""
+        (`pending` when it left the call waiting for approval, `rejected` when it rejected it).
+        A span that took a waiting call of another id gives it back, for the call waiting under
+        its own id or a call of its own (a second call of the tool in the run that pauses)."""
         with self._lock:
             entry = self._open.get(span_id)
             if entry is None:
@@ -242,6 +250,7 @@ class ObligationTracingProcessor(TracingProcessor):
                 self._waiting.insert(0, guess)
             entry.call_id = call_id
             entry.awaiting = pending
+            entry.rejected = rejected
 
     def _rejected(self, call_id: str, message: str | None) -> None:
         """The call `call_id` waiting for approval was rejected: it will never run."""
@@ -250,7 +259,7 @@ class ObligationTracingProcessor(TracingProcessor):
             if found is None:
                 return
             self._waiting.remove(found)
-        found.handle.error(None, content=message)
+        found.handle.error(_REJECTED, content=message)
 
     def _wait(self, entry: _Open) -> None:
         """Keep `entry`'s call open for the run that resumes it (bounded: the oldest is
@@ -370,10 +379,12 @@ def _watch_approvals() -> None:
             pending = isinstance(outcome, FunctionToolResult) and isinstance(
                 outcome.run_item, ToolApprovalItem
             )
+            # A call rejected before it was asked about: the step marked the span failed.
+            rejected = not pending and getattr(span, "error", None) is not None
             call_id = getattr(call, "call_id", None)
             if span is not None and isinstance(call_id, str):
                 for processor in list(_PROCESSORS):
-                    processor._approval_seen(span.span_id, call_id, pending)
+                    processor._approval_seen(span.span_id, call_id, pending, rejected)
         return outcome
 
     @functools.wraps(reject)
