@@ -1,9 +1,9 @@
 """Archive helpers shared by the archive and compactor tests.
 
-Import ``archive_fixture`` into a test module to get the ``archive`` fixture: an `Archive` in
-the test's temporary directory, closed after the test. The stored form is written out here
-independently of the archive module (`expected_bytes`), and `FailAfterInsert` injects a crash
-inside the archive's transaction. `run_cli` runs the command line as a real process.
+Every test module has the ``archive`` fixture (``conftest.py`` loads this module as a plugin):
+an `Archive` in the test's temporary directory, closed after the test. The stored form is
+written out here independently of the archive module (`expected_bytes`), and `FailAfterInsert`
+injects a crash inside the archive's transaction. `run_cli` runs the command line as a real process.
 """
 
 from __future__ import annotations

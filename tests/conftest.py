@@ -1,4 +1,5 @@
-"""Shared fixtures: locate and load the real agent transcript corpus.
+"""Shared fixtures: those of the helper modules (`pytest_plugins`), and the real agent
+transcript corpus.
 
 The full corpus lives in ``shared/data/transcripts`` next to the repository root
 (``<repo>/../shared/data/transcripts``); set ``OTEL_COMPACTION_CORPUS`` to use another
@@ -17,6 +18,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+
+pytest_plugins = [
+    "archive_harness",  # archive: a SQLite archive in the test's directory
+    "fake_llm_server",  # fake_llm_server: the fake model server on loopback
+    "llm_clients",  # sdks: the openai and anthropic SDKs, or a skip
+    "otlp_receiver",  # otlp_receiver, otlp_http_receiver, otlp_grpc_receiver: OTLP on loopback
+    "telemetry_harness",  # pipeline: in-memory telemetry
+    "instrumentation_harness",  # instrumented: the SDKs instrumented into in-memory pipelines
+]
+"""The helper modules whose fixtures every test module may use without importing them. Each
+comes after those it imports, so that pytest rewrites the asserts of every one of them."""
 
 CORPUS_ENV = "OTEL_COMPACTION_CORPUS"
 """Environment variable that overrides the corpus directory."""
@@ -82,11 +94,14 @@ def load_corpus(directory: Path) -> list[Transcript]:
     return transcripts
 
 
-def _unavailable(reason: str) -> NoReturn:
-    """Fail under CI (which must never skip silently); skip anywhere else."""
+def unavailable(reason: str) -> NoReturn:
+    """Skip the test (or, called while a module is imported, the module) whose requirement is
+    missing, with `reason`; fail instead under ``CI=true``, which must never skip silently. The
+    report names the caller's line."""
+    __tracebackhide__ = True
     if running_in_ci():
         pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
 
 
 @pytest.fixture(scope="session")
@@ -95,8 +110,8 @@ def corpus() -> list[Transcript]:
     directory = corpus_dir()
     hint = f"{CORPUS_ENV} names a directory of */transcripts.jsonl files"
     if not directory.is_dir():
-        _unavailable(f"transcript corpus not found at {directory}; {hint}")
+        unavailable(f"transcript corpus not found at {directory}; {hint}")
     transcripts = load_corpus(directory)
     if not transcripts:
-        _unavailable(f"no */transcripts.jsonl records under {directory}; {hint}")
+        unavailable(f"no */transcripts.jsonl records under {directory}; {hint}")
     return transcripts

@@ -32,11 +32,10 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
-import pytest
 import yaml
-from conftest import REPO_ROOT, running_in_ci
+from conftest import REPO_ROOT, unavailable
 from loopback import LoopbackService
 
 __all__ = [
@@ -45,6 +44,7 @@ __all__ = [
     "ManagedProcess",
     "PhoenixServer",
     "PrometheusServer",
+    "environment_python",
     "free_port",
     "get_json",
     "phoenix_python",
@@ -62,13 +62,6 @@ PHOENIX_PYTHON_ENV = "OTEL_COMPACTION_PHOENIX_PYTHON"
 _T = TypeVar("_T")
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy")
-
-
-def unavailable(reason: str) -> NoReturn:
-    """Fail under CI (which must never skip silently); skip anywhere else."""
-    if running_in_ci():
-        pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
-    pytest.skip(reason)
 
 
 def require_executable(name: str, hint: str) -> str:
@@ -396,17 +389,31 @@ def phoenix_python() -> str:
         ".venv-phoenix/bin/pip install -r tests/phoenix-requirements.txt "
         f"(or set {PHOENIX_PYTHON_ENV})"
     )
-    configured = os.environ.get(PHOENIX_PYTHON_ENV)
+    local = REPO_ROOT / ".venv-phoenix" / "bin" / "python"
+    if (
+        os.environ.get(PHOENIX_PYTHON_ENV)
+        or local.is_file()
+        or not importlib.util.find_spec("phoenix")
+    ):
+        missing = f"Arize Phoenix is not installed; {hint}"
+        return environment_python(PHOENIX_PYTHON_ENV, ".venv-phoenix", missing)
+    return sys.executable  # this interpreter has Phoenix
+
+
+def environment_python(variable: str, environment: str, missing: str) -> str:
+    """The Python of a virtual environment the tests keep apart from this one: the one the
+    environment variable `variable` names, else the repository's `environment` (such as
+    ``.venv-phoenix``). Skips (fails under CI) with `missing` when there is neither, or with
+    what is wrong when `variable` names no file."""
+    configured = os.environ.get(variable)
     if configured:
         if not Path(configured).is_file():
-            unavailable(f"{PHOENIX_PYTHON_ENV}={configured} is not a file")
+            unavailable(f"{variable}={configured} is not a file")
         return configured
-    local = REPO_ROOT / ".venv-phoenix" / "bin" / "python"
+    local = REPO_ROOT / environment / "bin" / "python"
     if local.is_file():
         return str(local)
-    if importlib.util.find_spec("phoenix") is not None:
-        return sys.executable
-    unavailable(f"Arize Phoenix is not installed; {hint}")
+    return unavailable(missing)
 
 
 class PhoenixServer:

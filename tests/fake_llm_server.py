@@ -61,10 +61,10 @@ lists the rejected requests::
     [rejected] = server.rejections
     assert rejected.rejection.startswith("messages.0.content.0: unexpected `tool_use_id`")
 
-As a pytest fixture: importing :func:`fake_llm_server_fixture` into a test module registers the
-``fake_llm_server`` fixture there (the import looks unused to linters, hence the ``noqa``)::
+As a pytest fixture: ``fake_llm_server`` (`fake_llm_server_fixture`), which every test module
+has (``conftest.py`` loads this module as a plugin)::
 
-    from fake_llm_server import FakeLLMServer, fake_llm_server_fixture  # noqa: F401
+    from fake_llm_server import FakeLLMServer
 
     def test_chat(fake_llm_server: FakeLLMServer) -> None: ...
 

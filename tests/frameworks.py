@@ -3,13 +3,15 @@
 A test module imports its framework in a ``try`` block, keeps the ``ImportError`` and calls
 `require_framework` at module level, so every test in it skips with the reason (and the
 install command) on a laptop without the framework, and the module fails under CI, where a
-missing dependency is a defect and never a silent skip.
+missing dependency is a defect and never a silent skip. `integrations_off` turns every
+framework integration off, before and after a test that turns them on.
 """
 
 from __future__ import annotations
 
-import pytest
-from conftest import running_in_ci
+from conftest import unavailable
+
+from otel_compaction.integrations import REGISTRY, Integration
 
 
 def require_framework(missing: ImportError | None, framework: str, extra: str) -> None:
@@ -17,7 +19,16 @@ def require_framework(missing: ImportError | None, framework: str, extra: str) -
     if missing is None:
         return
     install = f"pip install 'otel-compaction[{extra}]'"
-    reason = f"{framework} is not importable ({missing}); install it with: {install}"
-    if running_in_ci():
-        pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
+    unavailable(f"{framework} is not importable ({missing}); install it with: {install}")
+
+
+def integrations() -> dict[str, Integration]:
+    """Every framework integration module, by its registry name (importing one never imports
+    its framework)."""
+    return {row.name: row.load() for row in REGISTRY}
+
+
+def integrations_off() -> None:
+    """Every framework integration uninstrumented: what a test left on is off."""
+    for module in integrations().values():
+        module.uninstrument()

@@ -1,8 +1,8 @@
 """An auto-instrumented agent loop over the real SDK clients and the fake LLM server.
 
-Import ``instrumented_fixture`` into a test module to get the ``instrumented`` fixture: a
-`CompactionInstrumentor` recording into in-memory pipelines (never the global providers), taken
-out after the test.
+The ``instrumented`` fixture (every test module has it: ``conftest.py`` loads this module as a
+plugin) is a `CompactionInstrumentor` recording into in-memory pipelines (never the global
+providers), taken out after the test.
 
 `Agent` keeps one conversation's transcript the way agent loops do (the SDK's own response
 objects appended when not streamed, dicts joined from the stream otherwise) and sends it with
@@ -17,10 +17,10 @@ import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 import pytest
-from conftest import running_in_ci
+from conftest import unavailable
 from fake_llm_server import Api, FakeLLMServer, ToolCall
 from llm_clients import (
     anthropic_client,
@@ -29,7 +29,9 @@ from llm_clients import (
     openai_client,
     require_sdks,
 )
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
 from telemetry_harness import Pipeline, make_pipeline, number_points
 
 from otel_compaction.instrumentation import CompactionInstrumentor
@@ -41,11 +43,15 @@ __all__ = [
     "SYSTEM",
     "USER",
     "Agent",
+    "Beside",
     "Instrumented",
     "Mode",
     "Style",
+    "bookkeeping_on_their_chat_spans",
+    "each_taken_out",
     "instrumented_fixture",
     "request_spans",
+    "their_chat_spans_open_no_obligations",
     "unavailable",
 ]
 
@@ -58,13 +64,6 @@ MODEL = "model-test"
 SYSTEM = "You operate the service fleet."
 USER = "Restart the api service, then check it."
 SUMMARY = "Summary: the api service was restarted."
-
-
-def unavailable(reason: str) -> NoReturn:
-    """Skip a test whose optional requirement is missing; fail instead under ``CI=true``."""
-    if running_in_ci():
-        pytest.fail(f"{reason} (CI=true, so this is an error, not a skip)", pytrace=False)
-    pytest.skip(reason)
 
 
 @dataclass
@@ -93,6 +92,125 @@ def instrumented_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[Instrument
     finally:
         instrumentor.uninstrument()
         pipeline.shutdown()
+
+
+class Beside:
+    """otel-compaction and `other`, another instrumentor of the same SDK methods, on one
+    in-memory pipeline, instrumented in either order (`compaction_first` or not), on the same
+    tracer provider (the other's metrics are kept apart). `close` takes out whichever is still
+    in and puts `methods` (``(class, name)`` pairs) back as they were found, so that what an
+    unwrap left behind reaches no other test."""
+
+    def __init__(
+        self, other: Any, methods: list[tuple[type[Any], str]], *, compaction_first: bool
+    ) -> None:
+        self.pipeline = make_pipeline()
+        self.compaction = CompactionInstrumentor()
+        self.other = other
+        self.original = [(owner, name, owner.__dict__[name]) for owner, name in methods]
+        steps = [
+            lambda: self.compaction.instrument(telemetry=self.pipeline.telemetry),
+            lambda: other.instrument(
+                tracer_provider=self.pipeline.tracer_provider, meter_provider=MeterProvider()
+            ),
+        ]
+        for step in steps if compaction_first else reversed(steps):
+            step()
+
+    @property
+    def instrumented(self) -> Instrumented:
+        """otel-compaction's side."""
+        return Instrumented(self.compaction, self.pipeline)
+
+    def restored(self) -> bool:
+        """Whether every method is the one found before either instrumented it."""
+        return all(owner.__dict__[name] is found for owner, name, found in self.original)
+
+    def ours_left(self) -> list[str]:
+        """The methods with an otel-compaction wrapper still somewhere in their chain."""
+        left = []
+        for owner, name, _ in self.original:
+            found = owner.__dict__[name]
+            while found is not None:
+                wrapper = getattr(found, "_self_wrapper", None)
+                if getattr(wrapper, "__module__", "").startswith("otel_compaction"):
+                    left.append(f"{owner.__name__}.{name}")
+                    break
+                found = getattr(found, "__wrapped__", None)
+        return left
+
+    def close(self) -> None:
+        """Both out, the methods as found, the pipeline shut down."""
+        for instrumentor in (self.compaction, self.other):
+            if instrumentor.is_instrumented_by_opentelemetry:
+                instrumentor.uninstrument()
+        for owner, name, found in self.original:
+            setattr(owner, name, found)
+        self.pipeline.shutdown()
+
+
+def bookkeeping_on_their_chat_spans(
+    both: Beside,
+    agent: Agent,
+    ids: ScenarioIds,
+    their_span: tuple[str, str],
+    *,
+    their_events: frozenset[str] = frozenset(),
+) -> None:
+    """`run_compaction_scenario` beside another instrumentation: every call is one obligation,
+    every detection one report, on the other instrumentation's chat spans (`their_span`: name
+    and instrumentation scope; `their_events` the events it adds of its own), one per request:
+    the results are their children, the calls link to them and start beside them, and
+    otel-compaction makes no span of its own."""
+    run_compaction_scenario(agent, both.instrumented, ids)
+
+    summary = scenario_summary(both.instrumented)
+    for request in summary["requests"]:
+        theirs = {name for name, _ in request["events"] if not name.startswith("compaction.")}
+        assert theirs <= their_events
+        request["events"] = [e for e in request["events"] if e[0].startswith("compaction.")]
+    assert summary == expected_scenario(agent.api, ids, streamed=agent.style != "json")
+    spans = both.pipeline.spans()
+    chats = sorted(
+        (s for s in spans if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) == "chat"),
+        key=lambda s: s.start_time or 0,
+    )
+    name, scope = their_span
+    assert [
+        (s.name, s.kind, s.instrumentation_scope.name)  # type: ignore[union-attr]
+        for s in chats
+    ] == [(name, SpanKind.CLIENT, scope)] * 4
+    assert request_spans(spans) == chats
+    assert both.pipeline.spans(sc.MODEL_REQUEST_SPAN) == []
+
+
+def their_chat_spans_open_no_obligations(both: Beside, agent: Agent, their_span: str) -> None:
+    """Two requests without tool calls beside another instrumentation: its two chat spans
+    (named `their_span`) open no obligation."""
+    agent.script(text="Nothing to do.")
+    agent.ask()
+    agent.script(text="Still nothing.")
+    agent.ask()
+
+    assert len(both.pipeline.spans(their_span)) == 2
+    ledger = both.pipeline.ledger
+    assert [ledger.snapshot(c).obligations for c in ledger.conversations()] == []
+    assert ledger.open_counts() == {}
+
+
+def each_taken_out(both: Beside, agent: Agent, *, other_first: bool) -> None:
+    """Uninstrument both, one after the other (the other instrumentation first when
+    `other_first`): after each the client works, streams included, and otel-compaction's
+    wrappers are gone (the other's ``uninstrument()`` unwraps whatever wrapper is outermost,
+    and otel-compaction's is beneath it in either order: each takes out its own)."""
+    first, second = (both.other, both.compaction) if other_first else (both.compaction, both.other)
+    for instrumentor in (first, second):
+        instrumentor.uninstrument()
+        agent.script(ToolCall("search", {"q": "x"}))
+        assert agent.ask().calls[0][1] == "search"
+
+    assert len(request_spans(both.pipeline.spans())) == int(other_first)
+    assert both.ours_left() == []
 
 
 def request_spans(spans: list[ReadableSpan]) -> list[ReadableSpan]:

@@ -17,14 +17,11 @@ As a context manager::
         [span] = receiver.wait_for_spans("work")
         assert span.attributes == {"answer": 42}
 
-As pytest fixtures: importing a fixture function into a test module registers the fixture
-there (pytest collects fixtures from the module's namespace). The functions are called
-``*_fixture`` and register under the name without that suffix, so that the test parameter
-does not shadow the import (pyflakes' F811); the import itself still looks unused to
-linters, hence the ``noqa``::
+As pytest fixtures, which every test module has (``conftest.py`` loads this module as a
+plugin). The functions are called ``*_fixture`` and register under the name without that
+suffix::
 
     from otlp_receiver import OtlpReceiver
-    from otlp_receiver import otlp_http_receiver_fixture  # noqa: F401 - pytest fixture
 
     def test_export(otlp_http_receiver: OtlpReceiver) -> None: ...
 

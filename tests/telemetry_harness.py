@@ -1,6 +1,6 @@
 """In-memory OpenTelemetry pipelines and small transcript builders for the telemetry tests.
 
-Import ``pipeline_fixture`` into a test module to get the ``pipeline`` fixture.
+Every test module has the ``pipeline`` fixture (``conftest.py`` loads this module as a plugin).
 
 `Pipeline` wires `configure()` to an SDK tracer provider whose spans land in an
 `InMemorySpanExporter` (through a `SimpleSpanProcessor`, so a span is visible the moment it

@@ -38,7 +38,6 @@ from fake_llm_server import (
     RecordedRequest,
     Reply,
     ToolCall,
-    fake_llm_server_fixture,  # noqa: F401
 )
 from loopback import http_request
 

@@ -15,7 +15,6 @@ from agent_clis import ClaudeCode, Codex, claude_compaction_request, codex_reque
 from fake_llm_server import (
     FakeLLMServer,
     ToolCall,
-    fake_llm_server_fixture,  # noqa: F401
 )
 
 from otel_compaction.audit import audit_session

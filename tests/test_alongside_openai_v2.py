@@ -13,37 +13,27 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
-    FakeLLMServer,
-    ToolCall,
-    fake_llm_server_fixture,
-)
+from fake_llm_server import FakeLLMServer
 from instrumentation_harness import (
     Agent,
-    Instrumented,
+    Beside,
     Mode,
     ScenarioIds,
     Style,
-    expected_scenario,
-    request_spans,
-    run_compaction_scenario,
-    scenario_summary,
+    bookkeeping_on_their_chat_spans,
+    each_taken_out,
+    their_chat_spans_open_no_obligations,
     unavailable,
 )
 from llm_clients import require_sdks
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.trace import SpanKind
-from telemetry_harness import make_pipeline
 
-from otel_compaction.instrumentation import CompactionInstrumentor
 from otel_compaction.telemetry import semconv as sc
 
-Order = Literal["compaction-first", "openai-v2-first"]
-
 IDS = ScenarioIds(restart="call_restart_1", check="call_check_1", again="call_restart_2")
+CHAT_SPAN = ("chat model-test", "opentelemetry.util.genai.handler")  # name, scope
 
 
 def _openai_v2() -> Any:
@@ -59,51 +49,19 @@ def _openai_v2() -> Any:
     return OpenAIInstrumentor()  # type: ignore[no-untyped-call]
 
 
-class Both:
-    """Both instrumentations on one in-memory pipeline."""
-
-    def __init__(self, order: Order) -> None:
-        self.pipeline = make_pipeline()
-        self.compaction = CompactionInstrumentor()
-        self.openai_v2 = _openai_v2()
-        self.order = order
-        from openai.resources.chat.completions import Completions
-
-        self.original = Completions.__dict__["create"]
-        # Same tracer provider; the OpenAI instrumentation's metrics are kept apart.
-        providers = {
-            "tracer_provider": self.pipeline.tracer_provider,
-            "meter_provider": MeterProvider(),
-        }
-        if order == "compaction-first":
-            self.compaction.instrument(telemetry=self.pipeline.telemetry)
-            self.openai_v2.instrument(**providers)
-        else:
-            self.openai_v2.instrument(**providers)
-            self.compaction.instrument(telemetry=self.pipeline.telemetry)
-
-    @property
-    def instrumented(self) -> Instrumented:
-        return Instrumented(self.compaction, self.pipeline)
-
-    def close(self) -> None:
-        from openai.resources.chat.completions import Completions
-
-        for instrumentor in (self.compaction, self.openai_v2):
-            if instrumentor.is_instrumented_by_opentelemetry:
-                instrumentor.uninstrument()
-        # What an unwrap left behind (see test_taking_either_out_leaves_the_sdk_working) must
-        # not reach other tests.
-        setattr(Completions, "create", self.original)  # noqa: B010 - a method, as found
-        self.pipeline.shutdown()
-
-
 @pytest.fixture(name="both", params=["compaction-first", "openai-v2-first"])
-def both_fixture(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Both]:
+def both_fixture(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Beside]:
     """Both instrumentations, in each order."""
     for name in (sc.CAPTURE_CONTENT_ENV, sc.POLICY_ENV, sc.DETECTION_ENV):
         monkeypatch.delenv(name, raising=False)
-    made = Both(request.param)
+    openai_v2 = _openai_v2()
+    from openai.resources.chat.completions import Completions
+
+    made = Beside(
+        openai_v2, [(Completions, "create")], compaction_first=request.param == "compaction-first"
+    )
     try:
         yield made
     finally:
@@ -113,61 +71,22 @@ def both_fixture(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize(("mode", "style"), [("sync", "json"), ("sync", "stream"),
                                              ("async", "json"), ("async", "helper")])  # fmt: skip
 def test_one_chat_span_per_request_carries_the_bookkeeping(
-    both: Both, fake_llm_server: FakeLLMServer, mode: Mode, style: Style
+    both: Beside, fake_llm_server: FakeLLMServer, mode: Mode, style: Style
 ) -> None:
-    run_compaction_scenario(Agent(fake_llm_server, "chat", mode, style), both.instrumented, IDS)
-
-    # Every call is one obligation, every detection one report, on the OpenAI instrumentation's
-    # chat spans: the results are their children, the calls link to them and start beside them.
-    summary = scenario_summary(both.instrumented)
-    assert summary == expected_scenario("chat", IDS, streamed=style != "json")
-    spans = both.pipeline.spans()
-    chats = sorted(
-        (s for s in spans if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) == "chat"),
-        key=lambda s: s.start_time or 0,
-    )
-    assert [
-        (s.name, s.kind, s.instrumentation_scope.name)  # type: ignore[union-attr]
-        for s in chats
-    ] == [("chat model-test", SpanKind.CLIENT, "opentelemetry.util.genai.handler")] * 4
-    assert request_spans(spans) == chats
-    assert both.pipeline.spans(sc.MODEL_REQUEST_SPAN) == []
+    agent = Agent(fake_llm_server, "chat", mode, style)
+    bookkeeping_on_their_chat_spans(both, agent, IDS, CHAT_SPAN)
 
 
 def test_openai_v2_chat_spans_open_no_obligations(
-    both: Both, fake_llm_server: FakeLLMServer
+    both: Beside, fake_llm_server: FakeLLMServer
 ) -> None:
-    agent = Agent(fake_llm_server, "chat")
-    agent.script(text="Nothing to do.")
-    agent.ask()
-    agent.script(text="Still nothing.")
-    agent.ask()
-
-    assert len(both.pipeline.spans("chat model-test")) == 2
-    ledger = both.pipeline.ledger
-    assert [ledger.snapshot(c).obligations for c in ledger.conversations()] == []
-    assert ledger.open_counts() == {}
+    their_chat_spans_open_no_obligations(both, Agent(fake_llm_server, "chat"), CHAT_SPAN[0])
 
 
 @pytest.mark.parametrize("first_out", ["compaction", "openai-v2"])
 def test_taking_either_out_leaves_the_sdk_working(
-    both: Both, fake_llm_server: FakeLLMServer, first_out: str
+    both: Beside, fake_llm_server: FakeLLMServer, first_out: str
 ) -> None:
-    from openai.resources.chat.completions import Completions
-
-    first, second = (
-        (both.compaction, both.openai_v2)
-        if first_out == "compaction"
-        else (both.openai_v2, both.compaction)
-    )
     agent = Agent(fake_llm_server, "chat", "sync", "stream")
-    for instrumentor in (first, second):
-        instrumentor.uninstrument()
-        agent.script(ToolCall("search", {"q": "x"}))
-        assert agent.ask().calls[0][1] == "search"  # the client works, streams included
-
-    # The OpenAI instrumentation's uninstrument() unwraps whatever wrapper is outermost, and
-    # otel-compaction's is beneath it in either order: each takes out its own.
-    recorded_after_first = first_out == "openai-v2"
-    assert len(request_spans(both.pipeline.spans())) == int(recorded_after_first)
-    assert Completions.__dict__["create"] is both.original
+    each_taken_out(both, agent, other_first=first_out == "openai-v2")
+    assert both.restored()

@@ -16,10 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     Api,
     FakeLLMServer,
-    fake_llm_server_fixture,
 )
 from instrumentation_harness import (
     Agent,

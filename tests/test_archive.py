@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from archive_harness import (  # noqa: F401 - archive_fixture registers the fixture
+from archive_harness import (
     FailAfterInsert,
     InjectedCrash,
-    archive_fixture,
     expected_bytes,
     row_count,
     run_cli,

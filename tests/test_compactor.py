@@ -22,19 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from archive_harness import (  # noqa: F401 - archive_fixture registers the fixture
+from archive_harness import (
     FailAfterInsert,
     InjectedCrash,
-    archive_fixture,
     expected_bytes,
     row_count,
 )
 from opentelemetry.trace import StatusCode
-from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the fixture
+from telemetry_harness import (
     Pipeline,
     key,
     number_points,
-    pipeline_fixture,
 )
 from transcript_builders import CHAT, Call, Message, Script, fmt_param, policy_with
 

@@ -12,12 +12,11 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the fixture
+from telemetry_harness import (
     Pipeline,
     histogram_counts,
     key,
     number_points,
-    pipeline_fixture,
 )
 
 from otel_compaction import conversation

@@ -380,56 +380,25 @@ def test_langchain(scan: Scan, capture: bool, policy: str) -> None:
 
 def agents_scenario(scan: Scan) -> None:
     try:
+        from agents import Agent as SdkAgent
         from agents import (
-            Agent as SdkAgent,
-        )
-        from agents import (
-            ModelResponse,
             RunConfig,
             Runner,
-            Usage,
             function_tool,
             set_trace_processors,
             set_tracing_disabled,
         )
-        from agents.models.interface import Model
-        from openai.types.responses import (
-            ResponseFunctionToolCall,
-            ResponseOutputMessage,
-            ResponseOutputText,
-        )
+        from agents_sdk import ScriptedModel, call, text
 
         from otel_compaction.integrations.openai_agents import ObligationTracingProcessor
     except ImportError as missing:
         require_framework(missing, "the OpenAI Agents SDK (openai-agents)", "agents")
         return
 
-    def emitted(call_id: str, name: str, **arguments: Any) -> Any:
-        return ResponseFunctionToolCall(
-            id=f"fc_{call_id}", call_id=call_id, name=name, arguments=json.dumps(arguments),
-            type="function_call", status="completed",
-        )  # fmt: skip
-
-    answer = ResponseOutputMessage(
-        id="msg_1", role="assistant", status="completed", type="message",
-        content=[ResponseOutputText(text=f"{BOOKING}: gone", type="output_text", annotations=[])],
-    )  # fmt: skip
-
-    class Scripted(Model):
-        def __init__(self) -> None:
-            self.turns = [
-                [
-                    emitted("a1", "lookup_booking", code=BOOKING),
-                    emitted("a2", "send_mail", to=EMAIL),
-                ],
-                [answer],
-            ]
-
-        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
-            return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
-
-        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError
+    model = ScriptedModel(
+        [call("a1", "lookup_booking", code=BOOKING), call("a2", "send_mail", to=EMAIL)],
+        [text(f"{BOOKING}: gone")],
+    )
 
     @function_tool
     def send_mail(to: str) -> str:
@@ -439,9 +408,7 @@ def agents_scenario(scan: Scan) -> None:
     set_tracing_disabled(False)
     set_trace_processors([ObligationTracingProcessor(scan.pipeline.recorder)])
     try:
-        agent = SdkAgent(
-            name="ops", model=Scripted(), tools=[function_tool(lookup_booking), send_mail]
-        )
+        agent = SdkAgent(name="ops", model=model, tools=[function_tool(lookup_booking), send_mail])
         asyncio.run(
             Runner.run(agent, TRANSCRIPT[0]["content"], run_config=RunConfig(group_id="ag"))
         )

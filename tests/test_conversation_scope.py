@@ -9,12 +9,11 @@ import threading
 
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
-from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the fixture
+from telemetry_harness import (
     Pipeline,
     assistant,
     calls,
     ledger_rows,
-    pipeline_fixture,
     result,
     user,
 )

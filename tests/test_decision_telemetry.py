@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
-from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the fixture
+from telemetry_harness import (
     FLIGHT_MESSAGES,
     FORBIDDEN_METRIC_KEYS,
     Pipeline,
@@ -21,7 +21,6 @@ from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the f
     metric_attribute_keys,
     metric_attribute_values,
     number_points,
-    pipeline_fixture,
 )
 
 from otel_compaction import CompactionRefused, OpenObligationError, conversation

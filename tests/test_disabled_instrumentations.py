@@ -18,15 +18,13 @@ from pathlib import Path
 
 import pytest
 from auto_instrumentation import environment, instrument_command
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     FakeLLMServer,
     ToolCall,
-    fake_llm_server_fixture,
 )
-from otlp_receiver import (  # noqa: F401 - the fixture import registers the fixture
+from otlp_receiver import (
     OtlpReceiver,
     Span,
-    otlp_http_receiver_fixture,
 )
 
 AGENT = '''\

@@ -22,20 +22,18 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     Api,
     FakeLLMServer,
     RawReply,
     ToolCall,
-    fake_llm_server_fixture,
 )
-from llm_clients import (  # noqa: F401 - sdks_fixture registers the fixture
+from llm_clients import (
     API_KEY,
     anthropic_client,
     async_anthropic_client,
     async_openai_client,
     openai_client,
-    sdks_fixture,
 )
 from loopback import assert_refused, http_request
 

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     FakeLLMServer,
     ToolCall,
-    fake_llm_server_fixture,
 )
-from instrumentation_harness import (  # noqa: F401 - instrumented_fixture registers the fixture
+from instrumentation_harness import (
     SYSTEM,
     USER,
     Agent,
     Instrumented,
-    instrumented_fixture,
     request_spans,
 )
 from telemetry_harness import key, number_points

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from otlp_receiver import (
     OtlpReceiver,
-    otlp_http_receiver_fixture,  # noqa: F401 - pytest fixture
 )
 from session_builders import ClaudeSession
 

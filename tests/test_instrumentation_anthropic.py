@@ -15,13 +15,12 @@ import logging
 from typing import Any
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     FakeLLMServer,
     RawReply,
     ToolCall,
-    fake_llm_server_fixture,
 )
-from instrumentation_harness import (  # noqa: F401 - instrumented_fixture registers the fixture
+from instrumentation_harness import (
     MODEL,
     USER,
     Agent,
@@ -30,7 +29,6 @@ from instrumentation_harness import (  # noqa: F401 - instrumented_fixture regis
     ScenarioIds,
     Style,
     expected_scenario,
-    instrumented_fixture,
     request_spans,
     run_compaction_scenario,
     scenario_summary,

@@ -16,12 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     FakeLLMServer,
     ToolCall,
-    fake_llm_server_fixture,
 )
-from frameworks import require_framework
+from frameworks import integrations, integrations_off, require_framework
 from llm_clients import API_KEY, require_sdks
 from pydantic import SecretStr
 from telemetry_harness import Pipeline, make_pipeline
@@ -42,7 +41,6 @@ try:
 
     from otel_compaction.instrumentation import mcp as mcp_integration
     from otel_compaction.integrations import langchain as lc
-    from otel_compaction.integrations import openai_agents
 except ImportError as error:
     MISSING: ImportError | None = error
 else:
@@ -59,12 +57,8 @@ _ENV = (
 )
 
 
-def _integrations() -> dict[str, Any]:
-    return {"langchain": lc, "mcp": mcp_integration, "agents": openai_agents}
-
-
 def _states() -> dict[str, bool]:
-    return {name: module.is_instrumented() for name, module in _integrations().items()}
+    return {name: module.is_instrumented() for name, module in integrations().items()}
 
 
 @pytest.fixture(name="pipeline")
@@ -72,14 +66,12 @@ def pipeline_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
     """A pipeline, the environment cleared and every integration off before and after."""
     for name in _ENV:
         monkeypatch.delenv(name, raising=False)
-    for module in _integrations().values():
-        module.uninstrument()
+    integrations_off()
     pipeline = make_pipeline()
     try:
         yield pipeline
     finally:
-        for module in _integrations().values():
-            module.uninstrument()
+        integrations_off()
         pipeline.shutdown()
 
 

@@ -22,10 +22,9 @@ from typing import Any
 
 import pytest
 import wrapt
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     FakeLLMServer,
     ToolCall,
-    fake_llm_server_fixture,
 )
 from frameworks import require_framework
 from llm_clients import anthropic_client, openai_client, require_sdks

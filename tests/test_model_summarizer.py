@@ -24,19 +24,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     Api,
     FakeLLMServer,
     RawReply,
     RecordedRequest,
     ToolCall,
-    fake_llm_server_fixture,
 )
-from llm_clients import (  # noqa: F401 - sdks_fixture registers the fixture
+from llm_clients import (
     API_KEY,
     anthropic_client,
     openai_client,
-    sdks_fixture,
 )
 
 from otel_compaction import Archive, GuardedCompactor, ModelSummarizer

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     FakeLLMServer,
     ToolCall,
-    fake_llm_server_fixture,
 )
-from frameworks import require_framework
+from frameworks import integrations, integrations_off, require_framework
 from llm_clients import API_KEY, async_openai_client, require_sdks
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
@@ -51,9 +50,7 @@ try:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    from otel_compaction.instrumentation import mcp as mcp_integration
-    from otel_compaction.integrations import langchain as lc
-    from otel_compaction.integrations import openai_agents, outer_call
+    from otel_compaction.integrations import outer_call
     from otel_compaction.integrations.openai_agents.tracing import ObligationTracingProcessor
 except ImportError as error:
     MISSING: ImportError | None = error
@@ -84,30 +81,24 @@ if __name__ == "__main__":
 # -- fixtures ----------------------------------------------------------------------------------
 
 
-def _integrations() -> tuple[Any, ...]:
-    return (lc, mcp_integration, openai_agents)
-
-
 @pytest.fixture(name="pipeline")
 def pipeline_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
     """Every layer instrumented into an in-memory pipeline (content capture on); the obligation
     processor is the Agents SDK's only trace processor, so nothing is exported elsewhere."""
     require_sdks()
     monkeypatch.delenv(sc.FRAMEWORKS_ENV, raising=False)
-    for module in _integrations():
-        module.uninstrument()
+    integrations_off()
     set_tracing_disabled(False)
     set_trace_processors([])
     pipeline = make_pipeline(capture_content=True)
     instrumentor = CompactionInstrumentor()
     instrumentor.instrument(telemetry=pipeline.telemetry)
-    assert all(module.is_instrumented() for module in _integrations())
+    assert all(module.is_instrumented() for module in integrations().values())
     try:
         yield pipeline
     finally:
         instrumentor.uninstrument()
-        for module in _integrations():
-            module.uninstrument()
+        integrations_off()
         set_trace_processors([])
         pipeline.shutdown()
 
@@ -381,6 +372,50 @@ def test_a_call_no_other_layer_opened_is_the_spans_own_obligation(processed: Pip
         ("tool_call", "c9", "store", "conv-s", 1, None),
         ("tool_call", span.span_id, "fetch", "conv-s", 2, "result"),
     ]
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_a_call_waiting_for_approval_is_one_obligation_until_it_is_decided(
+    pipeline: Pipeline, fake_llm_server: FakeLLMServer, approve: bool
+) -> None:
+    ran: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def restart(service: str) -> str:
+        """Restart a service."""
+        ran.append(service)
+        return f"{service} restarted"
+
+    fake = fake_llm_server
+    fake.enqueue("responses", tool_calls=[ToolCall("restart", {"service": "api"}, id="call_re")])
+    fake.enqueue("responses", "Done.")
+    agent = _agent(fake, restart)
+    config = RunConfig(group_id="conv-approve")
+
+    async def scenario() -> tuple[list[tuple[Any, ...]], Any]:
+        paused = await Runner.run(agent, "Restart api.", run_config=config)
+        [item] = paused.interruptions
+        at_pause = _records(pipeline)
+        state = paused.to_state()
+        if approve:
+            state.approve(item)
+        else:
+            state.reject(item)
+        resumed = await Runner.run(agent, state, run_config=config)
+        return at_pause, resumed.final_output
+
+    at_pause, final = asyncio.run(scenario())
+
+    # The SDK layer opened the call from the model's function_call; the paused run's function
+    # span joined it and left it open; the decision resolves it, once.
+    assert at_pause == [("tool_call", "call_re", "restart", "conv-approve", 0, None)]
+    assert final == "Done."
+    status = "result" if approve else "error"
+    assert _records(pipeline) == [("tool_call", "call_re", "restart", "conv-approve", 0, status)]
+    assert ran == (["api"] if approve else [])
+    assert [s.name for s in _tool_spans(pipeline, sc.EXECUTE_TOOL)] == ["execute_tool restart"]
+    assert [_result_of(pipeline, "call_re")[sc.OBLIGATION_STATUS]] == [status]
+    assert _findings(pipeline) == []
 
 
 # -- MCP inside a framework's tool ---------------------------------------------------------------

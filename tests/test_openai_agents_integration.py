@@ -10,7 +10,6 @@ over an in-memory ``SQLiteSession``; only its ``responses.compact`` client is a 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -28,23 +27,17 @@ from otel_compaction.telemetry import semconv as sc
 try:
     from agents import (
         Agent,
-        ModelResponse,
         RunConfig,
         Runner,
         SQLiteSession,
-        Usage,
         function_tool,
         set_trace_processors,
         set_tracing_disabled,
     )
     from agents.memory import OpenAIResponsesCompactionSession
-    from agents.models.interface import Model
+    from agents_sdk import ScriptedModel, call, text
     from openai import AsyncOpenAI
-    from openai.types.responses import (
-        ResponseFunctionToolCall,
-        ResponseOutputMessage,
-        ResponseOutputText,
-    )
+    from openai.types.responses import ResponseFunctionToolCall
 
     from otel_compaction.integrations.openai_agents import (
         CompactionGuardSession,
@@ -61,46 +54,6 @@ SUMMARY = {"type": "message", "role": "assistant", "content": "Earlier: a deploy
 
 
 # -- the fake model and the fake compaction endpoint ---------------------------------------------
-
-
-def call(call_id: str, name: str, **arguments: Any) -> ResponseFunctionToolCall:
-    """A function call the model emits."""
-    return ResponseFunctionToolCall(
-        id=f"fc_{call_id}",
-        call_id=call_id,
-        name=name,
-        arguments=json.dumps(arguments),
-        type="function_call",
-        status="completed",
-    )
-
-
-def text(words: str) -> ResponseOutputMessage:
-    """A final answer."""
-    return ResponseOutputMessage(
-        id=f"msg_{abs(hash(words))}",
-        content=[ResponseOutputText(text=words, type="output_text", annotations=[])],
-        role="assistant",
-        status="completed",
-        type="message",
-    )
-
-
-class ScriptedModel(Model):
-    """The SDK's ``Model`` interface, answering turn by turn from a script."""
-
-    def __init__(self, *turns: list[Any], response_ids: bool = False) -> None:
-        self.turns = list(turns)
-        self.response_ids = response_ids
-        self.inputs: list[Any] = []
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        self.inputs.append(args[1] if len(args) > 1 else kwargs.get("input"))
-        response_id = f"resp_{len(self.inputs)}" if self.response_ids else None
-        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=response_id)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the tests do not stream")
 
 
 @dataclass
@@ -243,6 +196,161 @@ def test_a_cancelled_run_abandons_its_tool_calls(pipeline: Pipeline) -> None:
     assert [row[5] for row in ledger_rows(pipeline.ledger, "conv-cancel")] == ["abandoned"]
     abandoned = pipeline.span(f"{sc.TOOL_RESULT_SPAN} migrate")
     assert (abandoned.attributes or {})[sc.ABANDON_REASON] == "cancelled"
+
+
+# -- tools that need approval -------------------------------------------------------------------
+
+
+def approval_run(
+    pipeline: Pipeline, decide: dict[str, bool], *calls: ResponseFunctionToolCall
+) -> tuple[list[Any], list[list[tuple[Any, ...]]], list[str]]:
+    """A run whose model calls ``delete_branch`` (which needs approval) with `calls`; at the
+    pause each call's approval item is approved or rejected as `decide` says by call id, and
+    the run resumed from its state. The interruptions' call ids, the conversation's ledger rows
+    at the pause and after the resumed run, and the branches the tool deleted."""
+    deleted: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_branch(branch: str) -> str:
+        """Delete a git branch."""
+        deleted.append(branch)
+        return f"{branch} deleted"
+
+    model = ScriptedModel(list(calls), [text("done")])
+    agent = Agent(name="git", model=model, tools=[delete_branch])
+    config = RunConfig(group_id="conv-approve")
+
+    async def scenario() -> tuple[list[Any], list[list[tuple[Any, ...]]]]:
+        paused = await Runner.run(agent, "clean up the branches", run_config=config)
+        assert paused.final_output is None
+        rows = [ledger_rows(pipeline.ledger, "conv-approve")]
+        state = paused.to_state()
+        for item in paused.interruptions:
+            if decide[str(item.call_id)]:
+                state.approve(item)
+            else:
+                state.reject(item)
+        resumed = await Runner.run(agent, state, run_config=config)
+        assert resumed.final_output == "done"
+        rows.append(ledger_rows(pipeline.ledger, "conv-approve"))
+        return [item.call_id for item in paused.interruptions], rows
+
+    interrupted, rows = asyncio.run(scenario())
+    return interrupted, rows, deleted
+
+
+def call_spans(pipeline: Pipeline) -> list[tuple[Any, ...]]:
+    """Each ``execute_tool delete_branch`` span: its call id, arguments and status."""
+    return sorted(
+        (
+            str((s.attributes or {})[sc.GEN_AI_TOOL_CALL_ID]),
+            (s.attributes or {}).get(sc.GEN_AI_TOOL_CALL_ARGUMENTS),
+            (s.attributes or {}).get(sc.OBLIGATION_STATUS),
+        )
+        for s in pipeline.spans(f"{sc.EXECUTE_TOOL} delete_branch")
+    )
+
+
+def test_a_call_waiting_for_approval_stays_open_and_resolves_when_it_runs(
+    pipeline: Pipeline,
+) -> None:
+    interrupted, (paused, resumed), deleted = approval_run(
+        pipeline, {"c1": True}, call("c1", "delete_branch", branch="release-7")
+    )
+
+    assert interrupted == ["c1"]
+    # The run paused with the tool not run: its call is open, not resolved as a result.
+    [(kind, span_id, name, conversation, _, status)] = paused
+    assert (kind, name, conversation, status) == (
+        "tool_call",
+        "delete_branch",
+        "conv-approve",
+        None,
+    )
+    # Approved, the tool ran in a new function span, which took the same call: one obligation,
+    # one call span and one result span.
+    assert deleted == ["release-7"]
+    assert resumed == [(kind, span_id, name, conversation, 0, "result")]
+    assert pipeline.ledger.open_obligations() == ()
+    assert call_spans(pipeline) == [(span_id, '{"branch": "release-7"}', "result")]
+    [outcome] = pipeline.spans(f"{sc.TOOL_RESULT_SPAN} delete_branch")
+    assert (outcome.attributes or {})[sc.OBLIGATION_STATUS] == "result"
+
+
+def test_a_rejected_call_is_resolved_as_an_error_and_never_runs(pipeline: Pipeline) -> None:
+    interrupted, (paused, resumed), deleted = approval_run(
+        pipeline, {"c1": False}, call("c1", "delete_branch", branch="release-7")
+    )
+
+    assert interrupted == ["c1"]
+    assert [row[5] for row in paused] == [None]
+    assert deleted == []
+    assert [row[1:] for row in resumed] == [
+        (paused[0][1], "delete_branch", "conv-approve", 0, "error")
+    ]
+    assert pipeline.ledger.open_obligations() == ()
+    assert [status for _, _, status in call_spans(pipeline)] == ["error"]
+    [outcome] = pipeline.spans(f"{sc.TOOL_RESULT_SPAN} delete_branch")
+    assert (outcome.attributes or {})[sc.ERROR_TYPE] == "rejected"
+
+
+def test_a_call_the_sdk_rejects_at_once_is_resolved_as_rejected(pipeline: Pipeline) -> None:
+    # Rejected for good at the pause, the tool's next call is rejected by the SDK in its span,
+    # with the rejection's text as the span's error: that text is content, not an error type.
+    deleted: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def delete_branch(branch: str) -> str:
+        """Delete a git branch."""
+        deleted.append(branch)
+        return f"{branch} deleted"
+
+    model = ScriptedModel(
+        [call("c1", "delete_branch", branch="main")],
+        [call("c2", "delete_branch", branch="release-7")],
+        [text("done")],
+    )
+    agent = Agent(name="git", model=model, tools=[delete_branch])
+    config = RunConfig(group_id="conv-never")
+
+    async def scenario() -> None:
+        paused = await Runner.run(agent, "clean up", run_config=config)
+        state = paused.to_state()
+        [item] = paused.interruptions
+        state.reject(item, always_reject=True, rejection_message="Never delete DO-NOT-LEAK.")
+        assert (await Runner.run(agent, state, run_config=config)).final_output == "done"
+
+    asyncio.run(scenario())
+
+    assert deleted == []
+    assert [(row[4], row[5]) for row in ledger_rows(pipeline.ledger, "conv-never")] == [
+        (0, "error"),
+        (1, "error"),
+    ]
+    outcomes = pipeline.spans(f"{sc.TOOL_RESULT_SPAN} delete_branch")
+    assert [(s.attributes or {})[sc.ERROR_TYPE] for s in outcomes] == ["rejected", "rejected"]
+
+
+def test_parallel_calls_waiting_for_approval_keep_their_own_obligations(
+    pipeline: Pipeline,
+) -> None:
+    # The resumed run's function span takes the oldest waiting call of its tool, then the
+    # SDK's approval step names the model's call: the approved second call is the one that ran.
+    interrupted, (paused, resumed), deleted = approval_run(
+        pipeline,
+        {"c1": False, "c2": True},
+        call("c1", "delete_branch", branch="main"),
+        call("c2", "delete_branch", branch="release-7"),
+    )
+
+    assert interrupted == ["c1", "c2"]
+    assert [row[5] for row in paused] == [None, None]
+    assert deleted == ["release-7"]
+    assert [(row[4], row[5]) for row in resumed] == [(0, "error"), (1, "result")]
+    first, second = paused[0][1], paused[1][1]
+    assert call_spans(pipeline) == sorted(
+        [(first, '{"branch": "main"}', "error"), (second, '{"branch": "release-7"}', "result")]
+    )
 
 
 def test_instrument_registers_one_processor_and_uninstrument_removes_it() -> None:

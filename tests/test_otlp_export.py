@@ -10,12 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from otlp_receiver import (  # noqa: F401 - the fixture import registers the fixture
+from otlp_receiver import (
     Metric,
     OtlpReceiver,
     Span,
-    SpanEvent,
-    otlp_receiver_fixture,
 )
 from telemetry_harness import FLIGHT_MESSAGES, set_otlp_environment
 

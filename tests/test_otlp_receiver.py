@@ -43,13 +43,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, format_span_id, format_trace_id
 from opentelemetry.util.types import AttributeValue
-from otlp_receiver import (  # noqa: F401 - the *_fixture imports register pytest fixtures
+from otlp_receiver import (
     OtlpReceiver,
     SpanEvent,
     SpanLink,
-    otlp_grpc_receiver_fixture,
-    otlp_http_receiver_fixture,
-    otlp_receiver_fixture,
 )
 
 Transport = Literal["http", "grpc"]

@@ -20,7 +20,6 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from otlp_receiver import (
     OtlpReceiver,
-    otlp_receiver_fixture,  # noqa: F401 - pytest fixture
 )
 from prometheus_client.parser import text_string_to_metric_families
 

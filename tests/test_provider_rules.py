@@ -19,15 +19,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     FakeLLMServer,
     ToolCall,
-    fake_llm_server_fixture,
 )
-from llm_clients import (  # noqa: F401 - sdks_fixture registers the fixture
+from llm_clients import (
     anthropic_client,
     openai_client,
-    sdks_fixture,
 )
 from loopback import bypass_proxies, http_request
 from provider_rules import (

@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_llm_server import (  # noqa: F401 - the fixture import registers the fixture
+from fake_llm_server import (
     Api,
     FakeLLMServer,
     Reply,
     ToolCall,
-    fake_llm_server_fixture,
 )
 from postgres_server import postgres_fixture, postgres_url_fixture  # noqa: F401 - fixtures
 from readme_snippets import Block, blocks, expected_output, keyed

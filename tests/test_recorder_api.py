@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.trace import StatusCode
-from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the fixture
+from telemetry_harness import (
     FORBIDDEN_METRIC_KEYS,
     Pipeline,
     key,
@@ -19,7 +19,6 @@ from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the f
     metric_attribute_values,
     names,
     number_points,
-    pipeline_fixture,
 )
 
 from otel_compaction import conversation

@@ -10,7 +10,7 @@ import time
 
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
-from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the fixture
+from telemetry_harness import (
     AGE_BUCKETS,
     Pipeline,
     histogram_counts,
@@ -19,7 +19,6 @@ from telemetry_harness import (  # noqa: F401 - pipeline_fixture registers the f
     ledger_rows,
     names,
     number_points,
-    pipeline_fixture,
 )
 
 from otel_compaction import conversation

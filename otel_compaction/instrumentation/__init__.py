@@ -65,6 +65,7 @@ from opentelemetry.instrumentation.environment_variables import (
 )
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.gate import CompactionGate
 from otel_compaction.instrumentation._runtime import Runtime
 from otel_compaction.instrumentation._settings import Settings, frameworks
@@ -290,16 +291,14 @@ class _LibraryInstrumentor(_Instrumentor):
         return True
 
     def _instrument(self, **kwargs: Any) -> None:
-        try:
+        runtime = None
+        with internal_errors("instrumentation (the application runs on)"):
             runtime = _SHARED.join(self, kwargs)
-        except Exception:
-            _log.exception("otel-compaction: instrumentation failed; the application runs on")
+        if runtime is None:
             return
         session = self._session = _Session(runtime)
-        try:
+        with internal_errors(f"instrumenting {self._library}"):
             wrapt.register_post_import_hook(self._when_imported(session), self._library)
-        except Exception:
-            _log.exception("otel-compaction: instrumenting %s failed", self._library)
 
     def _when_imported(self, session: _Session) -> Callable[[ModuleType], None]:
         """A post-import hook starting `session`, unless it was stopped since."""
@@ -307,10 +306,8 @@ class _LibraryInstrumentor(_Instrumentor):
         def hook(_module: ModuleType) -> None:
             if not (session.active and session.runtime.active):
                 return
-            try:
+            with internal_errors(f"instrumenting {self._library}"):
                 self._start(session)
-            except Exception:
-                _log.exception("otel-compaction: instrumenting %s failed", self._library)
 
         return hook
 
@@ -323,10 +320,8 @@ class _LibraryInstrumentor(_Instrumentor):
         if session is None:
             return
         session.active = False  # the library imported from now on is left alone
-        try:
+        with internal_errors(f"uninstrumenting {self._library}"):
             self._stop(session)
-        except Exception:
-            _log.exception("otel-compaction: uninstrumenting %s failed", self._library)
 
     def _start(self, session: _Session) -> None:
         """Instrument the library, just imported."""
@@ -461,11 +456,11 @@ class CompactionInstrumentor(_Instrumentor):
         return ()
 
     def _instrument(self, **kwargs: Any) -> None:
-        try:
+        selected = None
+        with internal_errors("instrumentation (the application runs on)"):
             _SHARED.join(self, kwargs)
             selected = frameworks(kwargs.get("frameworks"))
-        except Exception:
-            _log.exception("otel-compaction: instrumentation failed; the application runs on")
+        if selected is None:
             return
         started: list[_LibraryInstrumentor] = []
         for instrumentor in instrumentors():
@@ -475,14 +470,12 @@ class CompactionInstrumentor(_Instrumentor):
                 instrumentor.name not in selected
             ):
                 continue
-            try:
+            with internal_errors(f"instrumenting {instrumentor.name}"):
                 conflict = instrumentor._check_dependency_conflicts()
                 if conflict is not None and not conflict.found:
                     _log.debug("otel-compaction: %s: %s", instrumentor.entry_point, conflict)
                     continue
                 instrumentor.instrument(**kwargs)
-            except Exception:
-                _log.exception("otel-compaction: instrumenting %s failed", instrumentor.name)
             if instrumentor.is_instrumented_by_opentelemetry:
                 started.append(instrumentor)
         self._started = tuple(started)
@@ -490,9 +483,7 @@ class CompactionInstrumentor(_Instrumentor):
     def _uninstrument(self, **kwargs: Any) -> None:
         started, self._started = self._started, ()
         for instrumentor in reversed(started):
-            try:
+            with internal_errors(f"uninstrumenting {instrumentor.name}"):
                 if instrumentor.is_instrumented_by_opentelemetry:
                     instrumentor.uninstrument()
-            except Exception:
-                _log.exception("otel-compaction: uninstrumenting %s failed", instrumentor.name)
         _SHARED.leave(self)

@@ -1,30 +1,33 @@
 """Another GenAI instrumentation's inference span for a model request, when there is one.
 
 One model request is one ``chat``-like span. Instrumentations that wrap the SDK methods this
-package wraps (opentelemetry-instrumentation-openai-v2) run outside its wrapper whatever the
-installation order (`_wrapping`), so their span is current when an exchange begins: the
-exchange puts its bookkeeping on that span and makes none of its own (`adoptable`).
-Instrumentations that wrap lower (OpenInference wraps the HTTP request) start their span inside
-the call and end it before the response is read back, so the exchange keeps a span of its own;
-`InferenceWatch` tells the exchange that an inference span started inside it, and that span then
-does not claim the ``chat`` operation.
+package wraps (opentelemetry-instrumentation-openai-v2, OpenLLMetry's
+opentelemetry-instrumentation-openai and -anthropic) run outside its wrapper whatever the
+installation order (`_wrapping`), so their span has started when an exchange begins: the
+exchange puts its bookkeeping on that span and makes none of its own (`inference_span`). Most
+make their span current around the SDK call; OpenLLMetry's Anthropic instrumentation does not,
+so the span that started last in the caller's context, still open, a child of the current span,
+is taken instead. Instrumentations that wrap lower (OpenInference wraps the HTTP request) start
+their span inside the call and end it before the response is read back, so the exchange keeps a
+span of its own; `InferenceWatch` tells the exchange that an inference span started inside it,
+and that span then does not claim the ``chat`` operation.
 
 An inference span is a recording span of another instrumentation scope that says so at its
 start: ``gen_ai.operation.name`` an inference operation (``chat``, ``text_completion``,
-``generate_content``), ``openinference.span.kind`` ``LLM``, or OpenLLMetry's
+``generate_content``), ``openinference.span.kind`` ``LLM``, or OpenLLMetry's older
 ``llm.request.type`` ``chat`` or ``completion``. One that already carries a request's
 bookkeeping (``compaction.conversation.source``) is not taken again.
 
 The watch is a span processor added once per SDK tracer provider and kept for the provider's
-life: it holds no state (the exchange comes from the context the span starts in) and never
-raises into the host.
+life: it keeps only a weak reference to the inference span last started outside an exchange,
+per thread and asyncio task (a context variable), and never raises into the host.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
@@ -34,13 +37,24 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.trace import Span, TracerProvider
 
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.telemetry import semconv
 
-__all__ = ["InferenceWatch", "Watched", "adoptable", "is_inference_span", "watch", "watching"]
-
-_log = logging.getLogger(__name__)
+__all__ = [
+    "InferenceWatch",
+    "Watched",
+    "adoptable",
+    "inference_span",
+    "is_inference_span",
+    "watch",
+    "watching",
+]
 
 _EXCHANGE = otel_context.create_key("otel_compaction.exchange")
+_STARTED: ContextVar[weakref.ref[Span] | None] = ContextVar(
+    "otel_compaction.inference_started", default=None
+)
+"""The inference span last started in this context outside an exchange."""
 _INFERENCE_OPERATIONS = frozenset({semconv.CHAT, semconv.TEXT_COMPLETION, semconv.GENERATE_CONTENT})
 _OPENLLMETRY_REQUEST_TYPES = frozenset({"chat", "completion"})
 
@@ -74,21 +88,44 @@ def adoptable(span: Span) -> bool:
     return semconv.CONVERSATION_SOURCE not in getattr(span, "attributes", {})
 
 
+def inference_span(current: Span) -> Span | None:
+    """The inference span to carry the bookkeeping of a request that begins under `current`:
+    `current` itself when it is one (`adoptable`), else the one another instrumentation started
+    last in this context without making it current, while it is open and a child of `current`
+    (it wraps the SDK call this request is); None when there is neither."""
+    if adoptable(current):
+        return current
+    reference = _STARTED.get()
+    started = None if reference is None else reference()
+    if started is None or not adoptable(started):
+        return None
+    parent = getattr(started, "parent", None)
+    under = current.get_span_context()
+    if under.is_valid:
+        beneath = parent is not None and parent.span_id == under.span_id
+    else:
+        beneath = parent is None
+    return started if beneath else None
+
+
 def watching(exchange: Watched, context: Context) -> Context:
     """`context` with `exchange` as the one an inference span starting in it belongs to."""
     return otel_context.set_value(_EXCHANGE, exchange, context)
 
 
 class InferenceWatch(SpanProcessor):
-    """Tells the exchange whose context a span starts in that it is an inference span."""
+    """Tells the exchange whose context an inference span starts in that it started; keeps the
+    one that starts outside an exchange for `inference_span`."""
 
+    @internal_errors("watching for inference spans")
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
-        try:
-            exchange = otel_context.get_value(_EXCHANGE, parent_context)
-            if exchange is not None and is_inference_span(span):
-                exchange.inference_started()  # type: ignore[attr-defined]
-        except Exception:
-            _log.exception("otel-compaction: watching for inference spans failed")
+        if not is_inference_span(span):
+            return
+        exchange = otel_context.get_value(_EXCHANGE, parent_context)
+        if exchange is not None:
+            exchange.inference_started()  # type: ignore[attr-defined]
+        else:
+            _STARTED.set(weakref.ref(span))
 
     def on_end(self, span: ReadableSpan) -> None:
         return None

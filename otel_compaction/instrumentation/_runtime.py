@@ -6,10 +6,11 @@ spans) and reports what compaction lost (severed calls, orphaned results). When 
 complete it opens one obligation per emitted tool call through the recorder (an
 ``execute_tool`` span, parented like the request and linked to it) and reports duplicates.
 
-The request span is the inference span another GenAI instrumentation made for the request when
-it is current (`_inference.adoptable`: opentelemetry-instrumentation-openai-v2's ``chat``
-span): the exchange adds its attributes and events to it and leaves the rest (its name, its
-``gen_ai.*`` request and response attributes, its status, its end) to its owner. Otherwise the
+The request span is the inference span another GenAI instrumentation made around the SDK call
+when there is one (`_inference.inference_span`: opentelemetry-instrumentation-openai-v2's
+``chat`` span, OpenLLMetry's ``openai.chat`` and ``anthropic.chat``): the exchange adds its
+attributes and events to it and leaves the rest (its name, its ``gen_ai.*`` request and
+response attributes, its status, its end) to its owner. Otherwise the
 exchange starts its own ``compaction.model_request`` span, which ends with ``error.type`` when
 the request failed, and which claims ``gen_ai.operation.name`` ``chat`` (set when it ends) only
 when no other instrumentation's inference span started inside it (OpenInference's, which wraps
@@ -45,8 +46,9 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.incremental import TranscriptCache
-from otel_compaction.instrumentation._inference import adoptable, watch, watching
+from otel_compaction.instrumentation._inference import inference_span, watch, watching
 from otel_compaction.instrumentation._requests import (
     MessageCache,
     ModelRequest,
@@ -135,7 +137,7 @@ class _Exchange(Exchange):
 
     def activated(self) -> contextlib.AbstractContextManager[Any]:
         if not self.owned:
-            return contextlib.nullcontext()  # the inference span is current already
+            return contextlib.nullcontext()  # its owner decides what is current
         return _attached(watching(self, trace.set_span_in_context(self.span)))
 
     def compacted(self) -> None:
@@ -182,22 +184,18 @@ class _Exchange(Exchange):
     def respond(self, response: ModelResponse | None) -> None:
         if not self._claim():
             return
-        try:
+        with internal_errors("recording a model response"):
             if response is not None:
                 self._opened(response)
-        except Exception:
-            _log.exception("otel-compaction: recording a model response failed")
         self._end()
 
     def _end(self) -> None:
         if not self.owned:
             return  # its owner ends it
-        try:
+        with internal_errors("ending a model request span"):
             if not self._beside_inference:
                 self.span.set_attribute(semconv.GEN_AI_OPERATION_NAME, semconv.CHAT)
             self.span.end()
-        except Exception:
-            _log.exception("otel-compaction: ending a model request span failed")
 
     def _opened(self, response: ModelResponse) -> None:
         runtime = self.runtime
@@ -233,13 +231,12 @@ class _Exchange(Exchange):
     def fail(self, error: BaseException) -> None:
         if not self._claim() or not self.owned:
             return  # another instrumentation's span: its owner records the failure
-        try:
+        # The SDK's exception is what the application must see, whatever happens here.
+        with internal_errors("recording a failed model request"):
             self.span.set_attribute(semconv.ERROR_TYPE, type(error).__qualname__)
             # The SDK's message may quote the request: content, kept only with capture on.
             shown = str(error) if self.runtime.recorder.capture_content else ""
             self.span.set_status(Status(StatusCode.ERROR, shown or None))
-        except Exception:  # the SDK's exception is what the application must see
-            _log.exception("otel-compaction: recording a failed model request failed")
         self._end()
 
     def complete(
@@ -319,11 +316,9 @@ class Runtime:
 
     def begin(self, read: Callable[[], ModelRequest]) -> Exchange:
         """Start recording the request `read()` describes; a no-op exchange on any failure."""
-        try:
+        with internal_errors("recording a model request"):
             return self._begin(read())
-        except Exception:
-            _log.exception("otel-compaction: recording a model request failed")
-            return Exchange()
+        return Exchange()
 
     def _begin(self, request: ModelRequest) -> Exchange:
         plain = self.messages.read(request.messages, request.instructions)
@@ -343,13 +338,13 @@ class Runtime:
             semconv.REQUEST_STREAM: request.stream,
         }
         parent = otel_context.get_current()
-        current = trace.get_current_span(parent)
-        if adoptable(current):
-            if semconv.GEN_AI_CONVERSATION_ID not in getattr(current, "attributes", {}):
+        inference = inference_span(trace.get_current_span(parent))
+        if inference is not None:
+            if semconv.GEN_AI_CONVERSATION_ID not in getattr(inference, "attributes", {}):
                 bookkeeping[semconv.GEN_AI_CONVERSATION_ID] = identity.id
-            current.set_attributes(bookkeeping)
+            inference.set_attributes(bookkeeping)
             exchange = _Exchange(
-                self, request, identity, current, _beside(current, parent), owned=False
+                self, request, identity, inference, _beside(inference, parent), owned=False
             )
         else:
             attributes: dict[str, Any] = {
@@ -367,10 +362,8 @@ class Runtime:
         if compactions.take(identity.id):  # a guarded compactor compacted it since
             exchange.compacted()
         if transcript is not None:
-            try:
+            with internal_errors("checking a model request"):
                 exchange.check(transcript)
-            except Exception:
-                _log.exception("otel-compaction: checking a model request failed")
         return exchange
 
     # -- state -------------------------------------------------------------------------------
@@ -424,10 +417,7 @@ class Runtime:
             self._handles.clear()
         for handle in handles:
             if not handle.resolved:
-                try:
-                    handle.abandon(reason)
-                except Exception:
-                    _log.exception("otel-compaction: abandoning an open call failed")
+                handle.abandon(reason)  # never raises
 
     # -- detections --------------------------------------------------------------------------
 

@@ -11,18 +11,16 @@ stream's, through `wrapt.ObjectProxy`. A failing observer is logged and ignored.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any, Protocol
 
 import wrapt
 
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.instrumentation._requests import ModelResponse
 
 __all__ = ["AsyncTracedStream", "Finisher", "StreamObserver", "TracedStream"]
-
-_log = logging.getLogger(__name__)
 
 
 class StreamObserver(Protocol):
@@ -61,24 +59,21 @@ class _Tracker:
         observer = self.observer
         if observer is None:
             return
-        try:
+        with internal_errors("reading a streamed chunk"):  # then the stream is not tracked
             observer.add(chunk)
-        except Exception:
-            _log.exception("otel-compaction: reading a streamed chunk failed; stream not tracked")
-            self.observer = None
+            return
+        self.observer = None
 
     def finish(self, error: BaseException | None = None) -> None:
         if self.done:
             return
         self.done = True
-        try:
+        with internal_errors("finishing a stream"):
             if error is not None:
                 self.finisher.fail(error)
                 return
             observer = self.observer
             self.finisher.respond(None if observer is None else observer.response())
-        except Exception:
-            _log.exception("otel-compaction: finishing a stream failed")
 
 
 def _chunks(stream: Any, tracker: _Tracker) -> Iterator[Any]:

@@ -42,6 +42,7 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.integrations import outer_call
 from otel_compaction.recorder import ToolCallHandle, ToolCallRecorder
 from otel_compaction.telemetry import semconv
@@ -88,15 +89,12 @@ def instrument(telemetry: Telemetry) -> bool:
     except ImportError:
         _log.debug("otel-compaction: mcp is not installed; MCP calls are not recorded")
         return False
-    try:
-        with _STATE.lock:
-            _STATE.recorder = telemetry.recorder
-            if _STATE.wrapper is None:  # still installed (maybe under another wrapper): reuse
-                _STATE.wrapper = wrapt.wrap_function_wrapper(session_module, _TARGET, _call_tool)
-    except Exception:
-        _log.exception("otel-compaction: instrumenting the MCP client failed")
-        return False
-    return True
+    with internal_errors("instrumenting the MCP client"), _STATE.lock:
+        _STATE.recorder = telemetry.recorder
+        if _STATE.wrapper is None:  # still installed (maybe under another wrapper): reuse
+            _STATE.wrapper = wrapt.wrap_function_wrapper(session_module, _TARGET, _call_tool)
+        return True
+    return False
 
 
 def uninstrument() -> None:
@@ -105,15 +103,14 @@ def uninstrument() -> None:
         _STATE.recorder = None
         if _STATE.wrapper is None:
             return
-        try:
+        # On a failure ours is left in place (another wrapper may sit on top): it only passes
+        # calls through.
+        with internal_errors("removing the MCP client wrapper"):
             session_module = importlib.import_module(_MODULE)
             if _installed(session_module):
                 original = _STATE.wrapper.__wrapped__
                 session_module.ClientSession.call_tool = original
                 _STATE.wrapper = None
-        except Exception:
-            # Left in place (another wrapper may sit on top), ours only passes calls through.
-            _log.exception("otel-compaction: removing the MCP client wrapper failed")
 
 
 def is_instrumented() -> bool:
@@ -142,24 +139,21 @@ async def _call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
     return result
 
 
+@internal_errors("recording an MCP tool call")
 def _open(
     recorder: ToolCallRecorder, session: Any, args: Any, kwargs: Any
 ) -> ToolCallHandle | None:
-    try:
-        outer = outer_call.current()
-        if outer is not None and recorder.join(outer, semconv.LAYER_MCP):
-            return None  # the framework's call: it resolves it
-        name, arguments = _bind(*args, **kwargs)
-        return recorder.call(
-            str(name),
-            _call_id(session),
-            arguments=arguments,
-            tool_type="extension",
-            layer=semconv.LAYER_MCP,
-        )
-    except Exception:
-        _log.exception("otel-compaction: recording an MCP tool call failed")
-        return None
+    outer = outer_call.current()
+    if outer is not None and recorder.join(outer, semconv.LAYER_MCP):
+        return None  # the framework's call: it resolves it
+    name, arguments = _bind(*args, **kwargs)
+    return recorder.call(
+        str(name),
+        _call_id(session),
+        arguments=arguments,
+        tool_type="extension",
+        layer=semconv.LAYER_MCP,
+    )
 
 
 def _bind(name: Any, arguments: Any = None, *_: Any, **__: Any) -> tuple[Any, Any]:
@@ -183,18 +177,16 @@ def _call_id(session: Any) -> str:
 
 
 def _returned(handle: ToolCallHandle, result: Any) -> None:
-    try:
+    with internal_errors("recording an MCP tool result"):
         content = _result_content(result)
         if getattr(result, "isError", False):
             handle.error(TOOL_ERROR, content=content)
         else:
             handle.result(content)
-    except Exception:
-        _log.exception("otel-compaction: recording an MCP tool result failed")
 
 
 def _raised(handle: ToolCallHandle, exc: BaseException) -> None:
-    try:
+    with internal_errors("recording an MCP tool failure"):
         if _is_timeout(exc):
             handle.abandon("timeout")
         elif _is_cancellation(exc):
@@ -203,8 +195,6 @@ def _raised(handle: ToolCallHandle, exc: BaseException) -> None:
             handle.error(exc)
         else:  # KeyboardInterrupt, SystemExit, GeneratorExit: no result will come
             handle.abandon(type(exc).__name__)
-    except Exception:
-        _log.exception("otel-compaction: recording an MCP tool failure failed")
 
 
 def _is_timeout(exc: BaseException) -> bool:

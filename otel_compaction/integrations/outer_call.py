@@ -16,15 +16,13 @@ Nothing here raises: a failing lookup is logged and reads as no outer call.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.recorder import ToolCallHandle
 
 __all__ = ["Mark", "OuterCall", "current", "enter", "leave"]
-
-_log = logging.getLogger(__name__)
 
 OuterCall = Callable[[], ToolCallHandle | None]
 """The running tool's call, looked up when needed (None once the layer let it go)."""
@@ -52,9 +50,7 @@ def current() -> ToolCallHandle | None:
     call = _CURRENT.get()
     if call is None:
         return None
-    try:
+    handle = None
+    with internal_errors("looking up the running tool's call"):
         handle = call()
-    except Exception:
-        _log.exception("otel-compaction: looking up the running tool's call failed")
-        return None
     return handle if handle is not None and not handle.resolved else None

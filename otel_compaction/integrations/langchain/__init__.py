@@ -30,6 +30,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, cast
 
+from otel_compaction._internal_errors import internal_errors
+
 if TYPE_CHECKING:
     from contextvars import ContextVar
 
@@ -151,20 +153,17 @@ def instrument(
         return False
     if guard_summarization is None:
         guard_summarization = os.environ.get(GUARD_SUMMARIZATION_ENV, "").strip().lower() in _TRUE
-    try:
-        with _STATE.lock:
-            if not _STATE.hooked:
-                hook = cast("ContextVar[ObligationCallbackHandler | None]", _STATE)
-                register_configure_hook(hook, inheritable=True)
-                _STATE.hooked = True
-            handler = _STATE.handler
-            if handler is None or handler.recorder is not telemetry.recorder:
-                _STATE.handler = ObligationCallbackHandler(telemetry.recorder)
-            _summarization(telemetry, guard_summarization, policy, on_refuse)
-    except Exception:
-        _log.exception("otel-compaction: instrumenting LangChain failed")
-        return False
-    return True
+    with internal_errors("instrumenting LangChain"), _STATE.lock:
+        if not _STATE.hooked:
+            hook = cast("ContextVar[ObligationCallbackHandler | None]", _STATE)
+            register_configure_hook(hook, inheritable=True)
+            _STATE.hooked = True
+        handler = _STATE.handler
+        if handler is None or handler.recorder is not telemetry.recorder:
+            _STATE.handler = ObligationCallbackHandler(telemetry.recorder)
+        _summarization(telemetry, guard_summarization, policy, on_refuse)
+        return True
+    return False
 
 
 def _summarization(
@@ -196,10 +195,8 @@ def uninstrument() -> None:
         _STATE.handler = None
         if not _STATE.hooked:
             return
-        try:
+        with internal_errors("uninstrumenting LangChain"):
             _summarization(None, False, "default", "raise")
-        except Exception:
-            _log.exception("otel-compaction: uninstrumenting LangChain failed")
 
 
 def is_instrumented() -> bool:

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -33,6 +32,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.integrations import outer_call
 from otel_compaction.integrations.langchain.messages import (
     SUMMARY_TAG,
@@ -44,27 +44,8 @@ from otel_compaction.telemetry import semconv
 
 __all__ = ["ObligationCallbackHandler"]
 
-_log = logging.getLogger(__name__)
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
 _BOUND = 10_000  # runs, and emitted calls, held at most (older ones are forgotten)
 _IGNORED = "\x00ignored"  # a chat model run of a summarizer: its output is no agent turn
-
-
-def _never_raises(function: Callable[P, R]) -> Callable[P, R | None]:
-    """A callback that fails is logged; the host's run goes on."""
-
-    @functools.wraps(function)
-    def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
-        try:
-            return function(*args, **kwargs)
-        except Exception:
-            _log.exception("otel-compaction: LangChain callback %s failed", function.__name__)
-            return None
-
-    return guarded
 
 
 class ObligationCallbackHandler(BaseCallbackHandler):
@@ -115,7 +96,7 @@ class ObligationCallbackHandler(BaseCallbackHandler):
 
     # -- chat models -------------------------------------------------------------------------
 
-    @_never_raises
+    @internal_errors("the LangChain callback on_chat_model_start")
     def on_chat_model_start(
         self,
         serialized: dict[str, Any],
@@ -136,7 +117,7 @@ class ObligationCallbackHandler(BaseCallbackHandler):
         for prompt in messages:
             self._resolve_answered(prompt, conversation)
 
-    @_never_raises
+    @internal_errors("the LangChain callback on_llm_end")
     def on_llm_end(
         self,
         response: LLMResult,
@@ -173,7 +154,7 @@ class ObligationCallbackHandler(BaseCallbackHandler):
                     if len(self._emitted) > _BOUND:
                         self._shrink_emitted()
 
-    @_never_raises
+    @internal_errors("the LangChain callback on_llm_error")
     def on_llm_error(
         self,
         error: BaseException,
@@ -188,7 +169,7 @@ class ObligationCallbackHandler(BaseCallbackHandler):
 
     # -- tools -------------------------------------------------------------------------------
 
-    @_never_raises
+    @internal_errors("the LangChain callback on_tool_start")
     def on_tool_start(
         self,
         serialized: dict[str, Any],
@@ -218,7 +199,7 @@ class ObligationCallbackHandler(BaseCallbackHandler):
         mark = outer_call.enter(functools.partial(_same, handle))
         self._remember(self._tool_runs, run_id, (handle, conversation, mark))
 
-    @_never_raises
+    @internal_errors("the LangChain callback on_tool_end")
     def on_tool_end(
         self,
         output: Any,
@@ -242,7 +223,7 @@ class ObligationCallbackHandler(BaseCallbackHandler):
         else:
             handle.result(message.content)
 
-    @_never_raises
+    @internal_errors("the LangChain callback on_tool_error")
     def on_tool_error(
         self,
         error: BaseException,

@@ -25,6 +25,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from otel_compaction._internal_errors import internal_errors
+
 if TYPE_CHECKING:
     from otel_compaction.integrations.openai_agents.session import CompactionGuardSession
     from otel_compaction.integrations.openai_agents.tracing import ObligationTracingProcessor
@@ -79,21 +81,18 @@ def instrument(telemetry: Telemetry) -> bool:
     except ImportError:
         _log.debug("otel-compaction: openai-agents is not installed; its tools are not recorded")
         return False
-    try:
-        with _STATE.lock:
-            processor = _STATE.processor
-            if processor is None:
-                processor = _STATE.processor = ObligationTracingProcessor(telemetry.recorder)
-            else:
-                processor.recorder = telemetry.recorder
-                processor.enabled = True
-            if not _registered(tracing, processor):
-                tracing.add_trace_processor(processor)
-                _STATE.added = True
-    except Exception:
-        _log.exception("otel-compaction: instrumenting the Agents SDK failed")
-        return False
-    return True
+    with internal_errors("instrumenting the Agents SDK"), _STATE.lock:
+        processor = _STATE.processor
+        if processor is None:
+            processor = _STATE.processor = ObligationTracingProcessor(telemetry.recorder)
+        else:
+            processor.recorder = telemetry.recorder
+            processor.enabled = True
+        if not _registered(tracing, processor):
+            tracing.add_trace_processor(processor)
+            _STATE.added = True
+        return True
+    return False
 
 
 def uninstrument() -> None:
@@ -104,14 +103,12 @@ def uninstrument() -> None:
         if processor is None:
             return
         processor.enabled = False
-        try:
+        with internal_errors("removing the Agents SDK processor"):
             tracing = importlib.import_module("agents.tracing")
             processors = _processors(tracing)
             if processors is not None and any(p is processor for p in processors):
                 tracing.set_trace_processors([p for p in processors if p is not processor])
                 _STATE.added = False
-        except Exception:
-            _log.exception("otel-compaction: removing the Agents SDK processor failed")
 
 
 def is_instrumented() -> bool:
