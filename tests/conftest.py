@@ -26,6 +26,7 @@ pytest_plugins = [
     "otlp_receiver",  # otlp_receiver, otlp_http_receiver, otlp_grpc_receiver: OTLP on loopback
     "telemetry_harness",  # pipeline: in-memory telemetry
     "instrumentation_harness",  # instrumented: the SDKs instrumented into in-memory pipelines
+    "postgres_server",  # postgres, postgres_url: a PostgreSQL server on loopback, a database a test
 ]
 """The helper modules whose fixtures every test module may use without importing them. Each
 comes after those it imports, so that pytest rewrites the asserts of every one of them."""

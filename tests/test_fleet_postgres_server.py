@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import psycopg
-from postgres_server import PostgresServer, postgres_fixture, postgres_url_fixture  # noqa: F401
+from postgres_server import PostgresServer
 
 
 def test_each_test_gets_its_own_database(postgres: PostgresServer, postgres_url: str) -> None:

@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from postgres_server import PostgresServer, postgres_fixture, postgres_url_fixture  # noqa: F401
+from postgres_server import PostgresServer
 from prometheus_client.parser import text_string_to_metric_families
 from workers import run_in_threads
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from fleet_worker import FleetWorker
-from postgres_server import postgres_fixture, postgres_url_fixture  # noqa: F401
 
 HEARTBEAT = {"FLEET_HEARTBEAT_INTERVAL": "0.2", "FLEET_HEARTBEAT_TIMEOUT": "1.5"}
 

@@ -172,9 +172,6 @@ def _worker(command: str, url: str, thread: str) -> dict[str, Any]:
 
 # -- against PostgreSQL --------------------------------------------------------------------------
 
-if __name__ != "__main__":
-    from postgres_server import postgres_fixture, postgres_url_fixture  # noqa: F401
-
 
 def test_a_fresh_process_sees_the_interrupted_call_resumes_it_and_it_closes(
     postgres_url: str,

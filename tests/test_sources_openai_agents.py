@@ -32,8 +32,9 @@ try:
     from agents.extensions.memory import SQLAlchemySession
     from agents.memory import OpenAIResponsesCompactionSession, SQLiteSession
     from agents.models.interface import Model
+    from agents_sdk import ScriptedModel, call, text
     from openai import AsyncOpenAI
-    from test_openai_agents_integration import SUMMARY, CompactEndpoint, ScriptedModel, call, text
+    from test_openai_agents_integration import SUMMARY, CompactEndpoint
 
     from otel_compaction.integrations.openai_agents import CompactionGuardSession
     from otel_compaction.sources.openai_agents import AgentsSessionSource
@@ -140,9 +141,6 @@ def _worker(*args: str) -> dict[str, Any]:
 
 
 # -- against PostgreSQL --------------------------------------------------------------------------
-
-if __name__ != "__main__":
-    from postgres_server import postgres_fixture, postgres_url_fixture  # noqa: F401
 
 
 def test_a_new_process_guard_holds_the_compaction_over_a_dangling_function_call(
