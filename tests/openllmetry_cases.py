@@ -6,7 +6,8 @@ Each wraps the methods otel-compaction wraps, and otel-compaction's wrapper runs
 in either order. Each request is one chat-like span, OpenLLMetry's (``openai.chat``,
 ``anthropic.chat``), and it carries otel-compaction's bookkeeping: no ``compaction.model_request``
 span. OpenLLMetry's OpenAI span is current around the SDK call; its Anthropic span is not, and
-is found all the same. The chat spans open no obligations, every call is one obligation, every
+is found all the same; its Responses span starts only after the call, so there otel-compaction's
+request span keeps the bookkeeping and does not claim ``chat``. The chat spans open no obligations, every call is one obligation, every
 detection is reported once, streams and the ``.stream()`` helpers pass through both wrappers,
 and taking either instrumentation out leaves the SDK working.
 
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
-from fake_llm_server import Api, FakeLLMServer
+from fake_llm_server import Api, FakeLLMServer, ToolCall
 from instrumentation_harness import (
     Agent,
     Beside,
@@ -139,3 +140,35 @@ def test_taking_either_out_leaves_the_sdk_working(
     # OpenLLMetry's OpenAI instrumentation leaves a wrapper of its own on ``create`` even when
     # it is alone; its Anthropic one puts every method back.
     assert both.restored() == (both.library == "anthropic")
+
+
+@pytest.mark.parametrize("order", ["compaction-first", "openllmetry-first"])
+def test_a_responses_request_has_one_span_that_claims_chat(
+    order: Order, fake_llm_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # OpenLLMetry starts its Responses span once the SDK call has returned: otel-compaction's
+    # request span keeps the bookkeeping and leaves the ``chat`` claim to it.
+    for name in (sc.CAPTURE_CONTENT_ENV, sc.POLICY_ENV, sc.DETECTION_ENV):
+        monkeypatch.delenv(name, raising=False)
+    both = Both("openai", order)
+    try:
+        agent = Agent(fake_llm_server, "responses")
+        agent.script(ToolCall("search", {"q": "x"}))
+        call_id = agent.ask().calls[0][0]
+        agent.history.append(agent.result(call_id, "no matches"))
+        agent.script(text="Nothing found.")
+        agent.ask()
+        spans = both.pipeline.spans()
+        ours = both.pipeline.spans(sc.MODEL_REQUEST_SPAN)
+        chat_like = [
+            s.name
+            for s in spans
+            if (s.attributes or {}).get(sc.GEN_AI_OPERATION_NAME) == sc.CHAT
+            or s.name.startswith("openai.")
+        ]
+    finally:
+        both.close()
+    assert chat_like == ["openai.response", "openai.response"]
+    assert [s.attributes.get(sc.REQUEST_API) for s in ours if s.attributes] == ["responses"] * 2
+    assert [sc.GEN_AI_OPERATION_NAME in (s.attributes or {}) for s in ours] == [False, False]
+    assert not any(both.pipeline.ledger.open_counts().values())  # the call resolved

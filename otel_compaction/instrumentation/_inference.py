@@ -10,7 +10,10 @@ so the span that started last in the caller's context, still open, a child of th
 is taken instead. Instrumentations that wrap lower (OpenInference wraps the HTTP request) start
 their span inside the call and end it before the response is read back, so the exchange keeps a
 span of its own; `InferenceWatch` tells the exchange that an inference span started inside it,
-and that span then does not claim the ``chat`` operation.
+and that span then does not claim the ``chat`` operation. One starts its span only after the SDK
+call has returned (OpenLLMetry's OpenAI instrumentation, for the Responses API): while it is
+instrumented, `inference_follows` says so and the exchange's own span does not claim ``chat``
+either.
 
 An inference span is a recording span of another instrumentation scope that says so at its
 start: ``gen_ai.operation.name`` an inference operation (``chat``, ``text_completion``,
@@ -25,6 +28,7 @@ per thread and asyncio task (a context variable), and never raises into the host
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from contextvars import ContextVar
@@ -44,6 +48,7 @@ __all__ = [
     "InferenceWatch",
     "Watched",
     "adoptable",
+    "inference_follows",
     "inference_span",
     "is_inference_span",
     "watch",
@@ -106,6 +111,28 @@ def inference_span(current: Span) -> Span | None:
     else:
         beneath = parent is None
     return started if beneath else None
+
+
+_AFTER_THE_CALL: dict[str, tuple[tuple[str, str], ...]] = {
+    # API: (module, instrumentor) of instrumentations whose inference span for a request of
+    # that API starts once the SDK call has returned.
+    "responses": (("opentelemetry.instrumentation.openai", "OpenAIInstrumentor"),),  # OpenLLMetry
+}
+
+
+def inference_follows(api: str) -> bool:
+    """Whether an instrumentation that is on makes the inference span of an `api` request only
+    after the SDK call returns (so `inference_span` cannot find it). Imports nothing: an
+    instrumentation that is on was imported by whoever turned it on."""
+    for module, name in _AFTER_THE_CALL.get(api, ()):
+        found = sys.modules.get(module)
+        instrumentor = getattr(found, name, None) if found is not None else None
+        if instrumentor is None:
+            continue
+        with internal_errors("asking whether another instrumentation is on"):
+            if instrumentor().is_instrumented_by_opentelemetry:  # a singleton: no new state
+                return True
+    return False
 
 
 def watching(exchange: Watched, context: Context) -> Context:

@@ -48,7 +48,12 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, 
 
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.incremental import TranscriptCache
-from otel_compaction.instrumentation._inference import inference_span, watch, watching
+from otel_compaction.instrumentation._inference import (
+    inference_follows,
+    inference_span,
+    watch,
+    watching,
+)
 from otel_compaction.instrumentation._requests import (
     MessageCache,
     ModelRequest,
@@ -359,6 +364,8 @@ class Runtime:
                 attributes=attributes,
             )  # fmt: skip
             exchange = _Exchange(self, request, identity, span, parent, owned=True)
+            if inference_follows(request.api):  # theirs will be the chat span
+                exchange.inference_started()
         if compactions.take(identity.id):  # a guarded compactor compacted it since
             exchange.compacted()
         if transcript is not None:
