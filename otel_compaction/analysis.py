@@ -131,20 +131,20 @@ class Analysis:
         self.user_turns = self.scans.user_turns(transcript)
         self.head = self._protected_head()
         self.facts: dict[str, Any] = {}
-        tracked: list[Tracked] = []
+        parts: list[list[Tracked]] = []
         for rule in RULES.values():
             if rule.scan is None:
                 continue
             found = rule.scan(self)
             self.facts[rule.name] = found
             if isinstance(found, list) and found and isinstance(found[0], Tracked):
-                tracked.extend(found)
-        if self._ledger_records:
-            tracked = self._discharged_by_ledger(tracked)
+                parts.append(found)
         self.stale: dict[tuple[str, str, int], str] = {}
-        tracked = self._stale(tracked)
-        self.obligations = sorted(tracked, key=_OPENED)
-        self.opened_at = list(map(_OPENED, self.obligations))
+        calls = self.facts.get("open_tool_call")
+        if not self._ledger_records and not self.abandoned and parts and parts[0] is calls:
+            self.obligations, self.opened_at = self._merged(parts[0], parts[1:])
+        else:
+            self.obligations, self.opened_at = self._sorted(parts)
         self.negatives: list[Negative] = self.facts.get("null_result") or []
         self.negative_at = list(map(_MESSAGE_INDEX, self.negatives))
         self.units_by_rule: dict[str, list[Tracked]] = {
@@ -271,40 +271,81 @@ class Analysis:
                 pairs.append((o.opened, o.resolved))
         return closed_cuts_of(len(self.transcript), pairs)
 
+    def _sorted(self, parts: list[list[Tracked]]) -> tuple[list[Tracked], list[int]]:
+        """Every rule's obligations (`parts`, in registry order) resolved by the ledger, marked
+        stale, sorted by where they arise (ties in that order); and where each arises."""
+        tracked = [o for found in parts for o in found]
+        if self._ledger_records:
+            tracked = self._discharged_by_ledger(tracked)
+        tracked = self._stale(tracked)
+        obligations = sorted(tracked, key=_OPENED)
+        return obligations, list(map(_OPENED, obligations))
+
+    def _merged(
+        self, calls: list[Tracked], others: list[list[Tracked]]
+    ) -> tuple[list[Tracked], list[int]]:
+        """What `_sorted` gives when the ledger resolves nothing, without reading every call:
+        the calls are in order already (their fold keeps where each arises and which are
+        unanswered), and the few other obligations are inserted in between them."""
+        from otel_compaction.rules.open_tool_call import in_order
+
+        opened, unanswered = in_order(self)
+        rest = [o for found in others for o in found]
+        if self._stales():
+            ages = self._ledger_ages()
+            for ordinal in unanswered:
+                self._mark_stale(calls[ordinal], ages)
+            for position in [i for i, o in enumerate(rest) if o.resolved is None]:
+                rest[position] = self._mark_stale(rest[position], ages)
+        rest.sort(key=_OPENED)
+        count = len(calls)
+        cuts = [bisect.bisect_right(opened, o.opened, 0, count) for o in rest]
+        obligations, opened_at = calls.copy(), opened[:count]
+        # From the last, so that the earlier cuts stay where they were; ties keep the order
+        # of the concatenation (calls first, then the others in order).
+        for o, cut in zip(reversed(rest), reversed(cuts), strict=True):
+            obligations.insert(cut, o)
+            opened_at.insert(cut, o.opened)
+        return obligations, opened_at
+
+    def _stales(self) -> bool:
+        after = self.policy.stale_after
+        return after.turns is not None or (after.seconds is not None and self.ledger is not None)
+
     def _stale(self, tracked: list[Tracked]) -> list[Tracked]:
         """Mark obligations older than the policy's ``stale_after``. A retry chain or a
         commitment closes when it goes stale (the model has moved on); a tool call or a
         transaction is runtime state and stays open, reported as stale."""
-        after = self.policy.stale_after
-        if after.turns is None and (after.seconds is None or self.ledger is None):
+        if not self._stales():
             return tracked
         ages = self._ledger_ages()
         out = list(tracked)
         for position in _unresolved_positions(out):
-            o = out[position]
-            if o.kind in ("atomic_unit", "tool_result"):
-                continue
-            stale_at: int | None = None
-            reason = ""
-            if after.turns is not None:
-                following = bisect.bisect_right(self.user_turns, o.opened)
-                if following + after.turns - 1 < len(self.user_turns):
-                    stale_at = self.user_turns[following + after.turns - 1]
-                    reason = f"{after.turns} user turns have passed since message {o.opened}"
-            age = ages.get((o.kind, o.id))
-            if (
-                not reason
-                and after.seconds is not None
-                and age is not None
-                and (age >= after.seconds)
-            ):
-                reason = f"open for {age:.0f} s (stale after {after.seconds:g} s)"
-            if not reason:
-                continue
-            self.stale[(o.kind, o.id, o.opened)] = reason
-            if o.kind in ("retry", "commitment") and stale_at is not None:
-                out[position] = replace(o, resolved=stale_at, status="stale")
+            out[position] = self._mark_stale(out[position], ages)
         return out
+
+    def _mark_stale(self, o: Tracked, ages: dict[tuple[str, str], float]) -> Tracked:
+        """`o` (unresolved) marked in `stale` when it is stale; closed there when it is a
+        retry chain or a commitment."""
+        if o.kind in ("atomic_unit", "tool_result"):
+            return o
+        after = self.policy.stale_after
+        stale_at: int | None = None
+        reason = ""
+        if after.turns is not None:
+            following = bisect.bisect_right(self.user_turns, o.opened)
+            if following + after.turns - 1 < len(self.user_turns):
+                stale_at = self.user_turns[following + after.turns - 1]
+                reason = f"{after.turns} user turns have passed since message {o.opened}"
+        age = ages.get((o.kind, o.id))
+        if not reason and after.seconds is not None and age is not None and age >= after.seconds:
+            reason = f"open for {age:.0f} s (stale after {after.seconds:g} s)"
+        if not reason:
+            return o
+        self.stale[(o.kind, o.id, o.opened)] = reason
+        if o.kind in ("retry", "commitment") and stale_at is not None:
+            return replace(o, resolved=stale_at, status="stale")
+        return o
 
     def _ledger_ages(self) -> dict[tuple[str, str], float]:
         if self.ledger is None:

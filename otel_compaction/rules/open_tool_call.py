@@ -14,12 +14,14 @@ if TYPE_CHECKING:
 class _Calls:
     """One `Tracked` per call (by ordinal), resolved as the results arrive."""
 
-    __slots__ = ("results", "tracked", "upto")
+    __slots__ = ("opened", "results", "tracked", "unanswered", "upto")
 
     def __init__(self) -> None:
         self.upto = 0  # calls folded
         self.results = 0  # results folded
         self.tracked: list[Tracked] = []
+        self.opened: list[int] = []  # where each call arises (calls come in transcript order)
+        self.unanswered: dict[int, None] = {}  # the ordinals without a result, ascending
 
     def extend(self, analysis: Analysis) -> None:
         transcript, outcomes = analysis.transcript, analysis.outcomes
@@ -31,11 +33,14 @@ class _Calls:
                     None, "open", analysis.scans.subjects(call),
                 )
             )  # fmt: skip
+            self.opened.append(call.message_index)
+            self.unanswered[call.ordinal] = None
         for result in results[self.results :]:
             if result.call is not None:
                 status = "error" if outcomes[result.ordinal] == "failure" else "result"
                 before = tracked[result.call]
                 tracked[result.call] = replace(before, resolved=result.message_index, status=status)
+                self.unanswered.pop(result.call, None)
         self.upto, self.results = len(calls), len(results)
 
 
@@ -49,6 +54,14 @@ def scan(analysis: Analysis) -> list[Tracked]:
         if out[ordinal].resolved is None:
             out[ordinal] = replace(out[ordinal], resolved=out[ordinal].opened, status="abandoned")
     return out
+
+
+def in_order(analysis: Analysis) -> tuple[list[int], list[int]]:
+    """Of the calls `scan` returned for `analysis` (in transcript order, so sorted by where
+    they arise): where each arises, and the ordinals of those without a result, ascending.
+    The first list is the conversation's own, growing with it: read it, do not keep it."""
+    fold = analysis.scans.fold("open_tool_call", _Calls, len(analysis.transcript.calls))
+    return fold.opened, list(fold.unanswered)
 
 
 def check(view: SpanView) -> list[Finding]:
