@@ -203,7 +203,7 @@ class MessageScans:
         policy's patterns `begin` and `end`), else empty; once per name."""
         role = self._roles.get(name)
         if role is None:
-            role = "begin" if begin.search(name) else "end" if end.search(name) else ""
+            role = "begin" if begin.found(name) else "end" if end.found(name) else ""
             self._roles[name] = role
         return role
 
@@ -235,22 +235,22 @@ class MessageScans:
         head = result.text[:RESULT_HEAD]
         # One pass over the three shape lists first: most results match none of them.
         negative = policy.negative_regex
-        if negative is None or negative.search(head) is None:
+        if negative is None or not negative.found(head):
             if result.status == "error":
                 return "failure"
             if not head.strip():
                 return "absence" if policy.patterns.null_result.empty else "silent"
             return "success"
         rejection = policy.rejection_regex
-        if rejection is not None and rejection.search(head) is not None:
+        if rejection is not None and rejection.found(head):
             return "rejection"
         absence = policy.null_regex
-        if absence is not None and absence.search(head) is not None:
+        if absence is not None and absence.found(head):
             return "absence"
         if result.status == "error":
             return "failure"
         failure = policy.error_regex
-        if failure is not None and failure.search(head) is not None:
+        if failure is not None and failure.found(head):
             return "failure"
         if not head.strip():
             return "absence" if policy.patterns.null_result.empty else "silent"
