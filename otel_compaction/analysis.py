@@ -14,6 +14,7 @@ transaction rolled back, a stray result absorbed) is resolved where it arose.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import operator
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 from otel_compaction.ledger import LedgerSnapshot, Obligation
 from otel_compaction.policy import Policy
-from otel_compaction.rules.base import Tracked
+from otel_compaction.rules.base import OPEN, Tracked
 from otel_compaction.rules.registry import RULES
 from otel_compaction.scans import RESULT_HEAD, MessageScans, Outcome
 from otel_compaction.transcript import ToolCall, Transcript, closed_cuts_of
@@ -79,6 +80,10 @@ _MESSAGE_INDEX = operator.attrgetter("message_index")
 
 
 _RESOLVED = operator.attrgetter("resolved")
+
+
+def _resolved_at(o: Tracked) -> int:
+    return OPEN if o.resolved is None else o.resolved
 
 
 def _unresolved_positions(tracked: list[Tracked]) -> list[int]:
@@ -142,9 +147,9 @@ class Analysis:
         self.stale: dict[tuple[str, str, int], str] = {}
         calls = self.facts.get("open_tool_call")
         if not self._ledger_records and not self.abandoned and parts and parts[0] is calls:
-            self.obligations, self.opened_at = self._merged(parts[0], parts[1:])
+            self.obligations, self.opened_at, self.resolved_at = self._merged(parts[0], parts[1:])
         else:
-            self.obligations, self.opened_at = self._sorted(parts)
+            self.obligations, self.opened_at, self.resolved_at = self._sorted(parts)
         self.negatives: list[Negative] = self.facts.get("null_result") or []
         self.negative_at = list(map(_MESSAGE_INDEX, self.negatives))
         self.units_by_rule: dict[str, list[Tracked]] = {
@@ -207,11 +212,11 @@ class Analysis:
         them (never resolved, or resolved at or after `end`), in order; once per span."""
 
         def compute() -> list[Tracked]:
-            return [
-                o
-                for o in self.obligations_opened_in(start, end)
-                if o.resolved is None or o.resolved >= end
-            ]
+            lo = bisect.bisect_left(self.opened_at, start)
+            hi = bisect.bisect_left(self.opened_at, end)
+            # Most resolve before `end`: the test runs in C over where each resolves.
+            open_at_end = map(end.__le__, self.resolved_at[lo:hi])
+            return [self.obligations[i] for i in itertools.compress(range(lo, hi), open_at_end)]
 
         return self.span_memo(("unresolved", start, end), compute)
 
@@ -271,25 +276,26 @@ class Analysis:
                 pairs.append((o.opened, o.resolved))
         return closed_cuts_of(len(self.transcript), pairs)
 
-    def _sorted(self, parts: list[list[Tracked]]) -> tuple[list[Tracked], list[int]]:
+    def _sorted(self, parts: list[list[Tracked]]) -> tuple[list[Tracked], list[int], list[int]]:
         """Every rule's obligations (`parts`, in registry order) resolved by the ledger, marked
-        stale, sorted by where they arise (ties in that order); and where each arises."""
+        stale, sorted by where they arise (ties in that order); where each arises, and where
+        each resolves (`OPEN` for none)."""
         tracked = [o for found in parts for o in found]
         if self._ledger_records:
             tracked = self._discharged_by_ledger(tracked)
         tracked = self._stale(tracked)
         obligations = sorted(tracked, key=_OPENED)
-        return obligations, list(map(_OPENED, obligations))
+        return obligations, list(map(_OPENED, obligations)), list(map(_resolved_at, obligations))
 
     def _merged(
         self, calls: list[Tracked], others: list[list[Tracked]]
-    ) -> tuple[list[Tracked], list[int]]:
+    ) -> tuple[list[Tracked], list[int], list[int]]:
         """What `_sorted` gives when the ledger resolves nothing, without reading every call:
         the calls are in order already (their fold keeps where each arises and which are
         unanswered), and the few other obligations are inserted in between them."""
         from otel_compaction.rules.open_tool_call import in_order
 
-        opened, unanswered = in_order(self)
+        opened, resolved, unanswered = in_order(self)
         rest = [o for found in others for o in found]
         if self._stales():
             ages = self._ledger_ages()
@@ -300,13 +306,14 @@ class Analysis:
         rest.sort(key=_OPENED)
         count = len(calls)
         cuts = [bisect.bisect_right(opened, o.opened, 0, count) for o in rest]
-        obligations, opened_at = calls.copy(), opened[:count]
+        obligations, opened_at, resolved_at = calls.copy(), opened[:count], resolved[:count]
         # From the last, so that the earlier cuts stay where they were; ties keep the order
         # of the concatenation (calls first, then the others in order).
         for o, cut in zip(reversed(rest), reversed(cuts), strict=True):
             obligations.insert(cut, o)
             opened_at.insert(cut, o.opened)
-        return obligations, opened_at
+            resolved_at.insert(cut, _resolved_at(o))
+        return obligations, opened_at, resolved_at
 
     def _stales(self) -> bool:
         after = self.policy.stale_after

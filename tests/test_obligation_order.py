@@ -14,6 +14,7 @@ from test_incremental import random_transcript
 from otel_compaction import CompactionGate, Policy
 from otel_compaction.analysis import Analysis
 from otel_compaction.rules import RULES, Tracked
+from otel_compaction.rules.base import OPEN
 
 
 def assert_same_as_sorted(analysis: Analysis) -> None:
@@ -22,10 +23,14 @@ def assert_same_as_sorted(analysis: Analysis) -> None:
         found: Any = analysis.facts.get(rule.name)
         if rule.scan is not None and isinstance(found, list) and found:
             parts += [found] if isinstance(found[0], Tracked) else []
-    merged = (analysis.obligations, analysis.opened_at, list(analysis.stale.items()))
+    merged = (
+        analysis.obligations, analysis.opened_at, analysis.resolved_at,
+        list(analysis.stale.items()),
+    )  # fmt: skip
     analysis.stale = {}
-    obligations, opened_at = analysis._sorted(parts)
-    assert merged == (obligations, opened_at, list(analysis.stale.items()))
+    obligations, opened_at, resolved_at = analysis._sorted(parts)
+    assert merged == (obligations, opened_at, resolved_at, list(analysis.stale.items()))
+    assert resolved_at == [OPEN if o.resolved is None else o.resolved for o in obligations]
 
 
 def grow(messages: list[dict[str, Any]], policy: Policy) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
+from otel_compaction.rules.base import OPEN, Finding, Rule, SpanView, Tracked, unclosed
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -14,13 +14,14 @@ if TYPE_CHECKING:
 class _Calls:
     """One `Tracked` per call (by ordinal), resolved as the results arrive."""
 
-    __slots__ = ("opened", "results", "tracked", "unanswered", "upto")
+    __slots__ = ("opened", "resolved", "results", "tracked", "unanswered", "upto")
 
     def __init__(self) -> None:
         self.upto = 0  # calls folded
         self.results = 0  # results folded
         self.tracked: list[Tracked] = []
         self.opened: list[int] = []  # where each call arises (calls come in transcript order)
+        self.resolved: list[int] = []  # where each resolves (`OPEN` while it has no result)
         self.unanswered: dict[int, None] = {}  # the ordinals without a result, ascending
 
     def extend(self, analysis: Analysis) -> None:
@@ -34,12 +35,14 @@ class _Calls:
                 )
             )  # fmt: skip
             self.opened.append(call.message_index)
+            self.resolved.append(OPEN)
             self.unanswered[call.ordinal] = None
         for result in results[self.results :]:
             if result.call is not None:
                 status = "error" if outcomes[result.ordinal] == "failure" else "result"
                 before = tracked[result.call]
                 tracked[result.call] = replace(before, resolved=result.message_index, status=status)
+                self.resolved[result.call] = result.message_index
                 self.unanswered.pop(result.call, None)
         self.upto, self.results = len(calls), len(results)
 
@@ -56,12 +59,13 @@ def scan(analysis: Analysis) -> list[Tracked]:
     return out
 
 
-def in_order(analysis: Analysis) -> tuple[list[int], list[int]]:
+def in_order(analysis: Analysis) -> tuple[list[int], list[int], list[int]]:
     """Of the calls `scan` returned for `analysis` (in transcript order, so sorted by where
-    they arise): where each arises, and the ordinals of those without a result, ascending.
-    The first list is the conversation's own, growing with it: read it, do not keep it."""
+    they arise): where each arises, where each resolves (`OPEN` for none), and the ordinals of
+    those without a result, ascending. The first two lists are the conversation's own, growing
+    with it: read them, do not keep them."""
     fold = analysis.scans.fold("open_tool_call", _Calls, len(analysis.transcript.calls))
-    return fold.opened, list(fold.unanswered)
+    return fold.opened, fold.resolved, list(fold.unanswered)
 
 
 def check(view: SpanView) -> list[Finding]:
