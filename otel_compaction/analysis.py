@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 from otel_compaction.ledger import LedgerSnapshot, Obligation
 from otel_compaction.policy import Policy
-from otel_compaction.rules.base import OPEN, Tracked
+from otel_compaction.rules.base import OPEN, Severity, Tracked
 from otel_compaction.rules.registry import RULES
 from otel_compaction.scans import RESULT_HEAD, MessageScans, Outcome
 from otel_compaction.transcript import ToolCall, Transcript, closed_cuts_of
@@ -155,7 +155,7 @@ class Analysis:
         self.units_by_rule: dict[str, list[Tracked]] = {
             rule.name: self.facts.get(rule.name) or []
             for rule in RULES.values()
-            if rule.kind == "atomicity" and policy.severity(rule.name) == "block"
+            if rule.kind == "atomicity" and self.severities()[rule.name] == "block"
         }
         """The atomic units of each atomicity rule whose severity blocks."""
         self.pair_closed = self._closed()
@@ -174,14 +174,20 @@ class Analysis:
 
     # -- span queries ------------------------------------------------------------------------
 
+    def severities(self, addressable: bool = False) -> dict[str, Severity]:
+        """Every rule's severity under the policy (relaxed when the span is archived)."""
+        if self.scans.policy is self.policy:
+            return self.scans.severities(addressable)
+        return {name: self.policy.severity(name, addressable=addressable) for name in RULES}
+
     def blocking_rules(self, addressable: bool = False) -> frozenset[str]:
         """The rules whose findings block a span (relaxed when it is archived)."""
         found = self._blocking.get(addressable)
         if found is None:
             found = self._blocking[addressable] = frozenset(
                 name
-                for name in RULES
-                if self.policy.severity(name, addressable=addressable) == "block"
+                for name, severity in self.severities(addressable).items()
+                if severity == "block"
             )
         return found
 

@@ -307,7 +307,7 @@ def check(view: SpanView) -> list[Finding]:
     """Identifiers first seen in the span that the retained part refers to."""
     analysis = view.analysis
     chosen, left_out = owed(analysis, view.start, view.end)
-    severity = analysis.policy.severity("unresolved_reference", addressable=view.addressable)
+    severity = analysis.severities(view.addressable)["unresolved_reference"]
     made = analysis.scans.fold("unresolved_reference findings", _Findings, len(analysis.transcript))
     made.upto = len(analysis.transcript)
     out: list[Finding] = []
