@@ -60,6 +60,16 @@ _SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|\n+")
 _RE2_BLIND: Final = frozenset("\x0b\x1c\x1d\x1e\x1f")
 
 
+def _seen_alike(text: str) -> bool:
+    """True when `text` holds none of `_RE2_BLIND` (a short text is read one character at a
+    time; a long one is searched for each, which runs at memory speed)."""
+    if len(text) < 64:
+        return _RE2_BLIND.isdisjoint(text)
+    return not (
+        "\x0b" in text or "\x1c" in text or "\x1d" in text or "\x1e" in text or "\x1f" in text
+    )
+
+
 class Match(Protocol):
     """What the rules read of a match, on either engine."""
 
@@ -257,11 +267,7 @@ class _Sets:
 
     def reads(self, text: str) -> bool:
         """True when RE2 reads `text` as Python's `re` does, for these patterns."""
-        return (
-            text.isascii()
-            and _RE2_BLIND.isdisjoint(text)
-            and not (self.dollar and text.endswith("\n"))
-        )
+        return text.isascii() and _seen_alike(text) and not (self.dollar and text.endswith("\n"))
 
     def found(self, text: str) -> bool | None:
         """Whether a pattern is found in `text`; None when only the bounded scan can tell."""
@@ -343,7 +349,7 @@ class Scan:
         return (
             self._re2 is not None
             and text.isascii()
-            and _RE2_BLIND.isdisjoint(text)
+            and _seen_alike(text)
             and not (self._dollar and text.endswith("\n"))
         )
 
