@@ -108,6 +108,65 @@ def call_target(call: ToolCall) -> str:
         return " ".join(call.arguments.split())
 
 
+class _Order:
+    """One conversation's obligations in order at its last analysis (see `Analysis._merged`):
+    the lists, where each call stands in them, and what they were made from."""
+
+    __slots__ = (
+        "call_at", "changed", "changes", "latest", "obligations", "opened_at", "raw",
+        "resolved_at", "turns", "upto",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.upto = 0  # calls in the lists
+        self.changed: list[int] | None = None  # the calls' log of replacements, and its length
+        self.changes = 0
+        self.raw: list[Tracked] | None = None  # the other obligations, before stale marks
+        self.turns = 0  # user turns the stale marks were made with
+        self.latest = -1  # where the last of the other obligations arises
+        self.obligations: list[Tracked] = []
+        self.opened_at: list[int] = []
+        self.resolved_at: list[int] = []
+        self.call_at: list[int] = []  # by call ordinal: its place in the lists
+
+    def keep(
+        self,
+        obligations: list[Tracked],
+        opened_at: list[int],
+        resolved_at: list[int],
+        call_at: list[int],
+        count: int,
+        changed: list[int],
+    ) -> None:
+        """Remember lists of `count` calls, `changed` read to its end (they are never changed
+        after: the next analysis copies them)."""
+        self.obligations, self.opened_at, self.resolved_at = obligations, opened_at, resolved_at
+        self.call_at, self.upto, self.changed, self.changes = call_at, count, changed, len(changed)
+
+    def extended(
+        self, calls: list[Tracked], opened: list[int], resolved: list[int], changed: list[int]
+    ) -> tuple[list[Tracked], list[int], list[int]]:
+        """The lists with the calls replaced since, and the new calls (which arise after every
+        other obligation) appended."""
+        obligations = self.obligations.copy()
+        opened_at, resolved_at = self.opened_at.copy(), self.resolved_at.copy()
+        call_at, upto = self.call_at, self.upto
+        for ordinal in changed[self.changes :]:
+            if ordinal < upto:
+                at = call_at[ordinal]
+                obligations[at] = calls[ordinal]
+                resolved_at[at] = resolved[ordinal]
+        count = len(calls)
+        if count > upto:
+            first = len(obligations)
+            obligations += calls[upto:]
+            opened_at += opened[upto:count]
+            resolved_at += resolved[upto:count]
+            call_at.extend(range(first, first + count - upto))  # only ever appended to
+        self.keep(obligations, opened_at, resolved_at, call_at, count, changed)
+        return obligations, opened_at, resolved_at
+
+
 class Analysis:
     """Everything the rules need, computed once. Build with `Analysis.build`."""
 
@@ -298,19 +357,34 @@ class Analysis:
     ) -> tuple[list[Tracked], list[int], list[int]]:
         """What `_sorted` gives when the ledger resolves nothing, without reading every call:
         the calls are in order already (their fold keeps where each arises and which are
-        unanswered), and the few other obligations are inserted in between them."""
+        unanswered), and the few other obligations are inserted in between them. When those
+        are the same as at the conversation's last analysis, its order is taken over: only
+        the calls answered since are replaced and the new calls appended."""
         from otel_compaction.rules.open_tool_call import in_order
 
-        opened, resolved, unanswered = in_order(self)
-        rest = [o for found in others for o in found]
+        opened, resolved, unanswered, changed = in_order(self)
+        raw = [o for found in others for o in found]
+        rest = raw.copy()
+        ages: dict[tuple[str, str], float] = {}
+        pending = [i for i, o in enumerate(rest) if o.resolved is None]
         if self._stales():
             ages = self._ledger_ages()
             for ordinal in unanswered:
                 self._mark_stale(calls[ordinal], ages)
-            for position in [i for i, o in enumerate(rest) if o.resolved is None]:
+            for position in pending:
                 rest[position] = self._mark_stale(rest[position], ages)
-        rest.sort(key=_OPENED)
         count = len(calls)
+        last = self.scans.fold("obligations in order", _Order, count)
+        if (
+            last.changed is changed
+            # The stale marks of the other obligations are those made last time.
+            and not ages
+            and (not pending or last.turns == len(self.user_turns))
+            and (count == last.upto or opened[last.upto] > last.latest)
+            and last.raw == raw
+        ):
+            return last.extended(calls, opened, resolved, changed)
+        rest.sort(key=_OPENED)
         cuts = [bisect.bisect_right(opened, o.opened, 0, count) for o in rest]
         obligations, opened_at, resolved_at = calls.copy(), opened[:count], resolved[:count]
         # From the last, so that the earlier cuts stay where they were; ties keep the order
@@ -319,6 +393,15 @@ class Analysis:
             obligations.insert(cut, o)
             opened_at.insert(cut, o.opened)
             resolved_at.insert(cut, _resolved_at(o))
+        call_at: list[int] = []
+        at = 0
+        for shift, cut in enumerate(cuts):
+            call_at.extend(range(at + shift, cut + shift))
+            at = cut
+        call_at.extend(range(at + len(cuts), count + len(cuts)))
+        last.keep(obligations, opened_at, resolved_at, call_at, count, changed)
+        last.raw, last.turns = raw, len(self.user_turns)
+        last.latest = rest[-1].opened if rest else -1
         return obligations, opened_at, resolved_at
 
     def _stales(self) -> bool:

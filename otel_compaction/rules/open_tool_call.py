@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 class _Calls:
     """One `Tracked` per call (by ordinal), resolved as the results arrive."""
 
-    __slots__ = ("opened", "resolved", "results", "tracked", "unanswered", "upto")
+    __slots__ = ("changed", "opened", "resolved", "results", "tracked", "unanswered", "upto")
 
     def __init__(self) -> None:
         self.upto = 0  # calls folded
@@ -23,6 +23,7 @@ class _Calls:
         self.opened: list[int] = []  # where each call arises (calls come in transcript order)
         self.resolved: list[int] = []  # where each resolves (`OPEN` while it has no result)
         self.unanswered: dict[int, None] = {}  # the ordinals without a result, ascending
+        self.changed: list[int] = []  # the ordinals replaced in `tracked`, in turn
 
     def extend(self, analysis: Analysis) -> None:
         transcript, outcomes = analysis.transcript, analysis.outcomes
@@ -43,6 +44,7 @@ class _Calls:
                 before = tracked[result.call]
                 tracked[result.call] = replace(before, resolved=result.message_index, status=status)
                 self.resolved[result.call] = result.message_index
+                self.changed.append(result.call)
                 self.unanswered.pop(result.call, None)
         self.upto, self.results = len(calls), len(results)
 
@@ -59,13 +61,14 @@ def scan(analysis: Analysis) -> list[Tracked]:
     return out
 
 
-def in_order(analysis: Analysis) -> tuple[list[int], list[int], list[int]]:
+def in_order(analysis: Analysis) -> tuple[list[int], list[int], list[int], list[int]]:
     """Of the calls `scan` returned for `analysis` (in transcript order, so sorted by where
-    they arise): where each arises, where each resolves (`OPEN` for none), and the ordinals of
-    those without a result, ascending. The first two lists are the conversation's own, growing
-    with it: read them, do not keep them."""
+    they arise): where each arises, where each resolves (`OPEN` for none), the ordinals of
+    those without a result, ascending, and the ordinals whose call was replaced (resolved), in
+    turn. The first, second and last lists are the conversation's own, growing with it: read
+    them, do not keep them (but the last, to know what was replaced since)."""
     fold = analysis.scans.fold("open_tool_call", _Calls, len(analysis.transcript.calls))
-    return fold.opened, fold.resolved, list(fold.unanswered)
+    return fold.opened, fold.resolved, list(fold.unanswered), fold.changed
 
 
 def check(view: SpanView) -> list[Finding]:
