@@ -14,6 +14,7 @@ transaction rolled back, a stray result absorbed) is resolved where it arose.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import operator
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from typing import Any, TypeVar, cast
 from otel_compaction.ledger import LedgerSnapshot, Obligation
 from otel_compaction.policy import Policy
 from otel_compaction.reconcile import DISAGREE, CallPair, CallState, pair_newest, reconcile_calls
-from otel_compaction.rules.base import Tracked
+from otel_compaction.rules.base import OPEN, Severity, Tracked
 from otel_compaction.rules.registry import RULES
 from otel_compaction.scans import RESULT_HEAD, MessageScans, Outcome
 from otel_compaction.transcript import ToolCall, Transcript, closed_cuts_of
@@ -84,6 +85,10 @@ _MESSAGE_INDEX = operator.attrgetter("message_index")
 _RESOLVED = operator.attrgetter("resolved")
 
 
+def _resolved_at(o: Tracked) -> int:
+    return OPEN if o.resolved is None else o.resolved
+
+
 def _unresolved_positions(tracked: list[Tracked]) -> list[int]:
     """Where in `tracked` the obligations without a resolution stand (few among many: the
     search runs in C)."""
@@ -104,6 +109,65 @@ def call_target(call: ToolCall) -> str:
         return json.dumps(json.loads(call.arguments), sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError):
         return " ".join(call.arguments.split())
+
+
+class _Order:
+    """One conversation's obligations in order at its last analysis (see `Analysis._merged`):
+    the lists, where each call stands in them, and what they were made from."""
+
+    __slots__ = (
+        "call_at", "changed", "changes", "latest", "obligations", "opened_at", "raw",
+        "resolved_at", "turns", "upto",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.upto = 0  # calls in the lists
+        self.changed: list[int] | None = None  # the calls' log of replacements, and its length
+        self.changes = 0
+        self.raw: list[Tracked] | None = None  # the other obligations, before stale marks
+        self.turns = 0  # user turns the stale marks were made with
+        self.latest = -1  # where the last of the other obligations arises
+        self.obligations: list[Tracked] = []
+        self.opened_at: list[int] = []
+        self.resolved_at: list[int] = []
+        self.call_at: list[int] = []  # by call ordinal: its place in the lists
+
+    def keep(
+        self,
+        obligations: list[Tracked],
+        opened_at: list[int],
+        resolved_at: list[int],
+        call_at: list[int],
+        count: int,
+        changed: list[int],
+    ) -> None:
+        """Remember lists of `count` calls, `changed` read to its end (they are never changed
+        after: the next analysis copies them)."""
+        self.obligations, self.opened_at, self.resolved_at = obligations, opened_at, resolved_at
+        self.call_at, self.upto, self.changed, self.changes = call_at, count, changed, len(changed)
+
+    def extended(
+        self, calls: list[Tracked], opened: list[int], resolved: list[int], changed: list[int]
+    ) -> tuple[list[Tracked], list[int], list[int]]:
+        """The lists with the calls replaced since, and the new calls (which arise after every
+        other obligation) appended."""
+        obligations = self.obligations.copy()
+        opened_at, resolved_at = self.opened_at.copy(), self.resolved_at.copy()
+        call_at, upto = self.call_at, self.upto
+        for ordinal in changed[self.changes :]:
+            if ordinal < upto:
+                at = call_at[ordinal]
+                obligations[at] = calls[ordinal]
+                resolved_at[at] = resolved[ordinal]
+        count = len(calls)
+        if count > upto:
+            first = len(obligations)
+            obligations += calls[upto:]
+            opened_at += opened[upto:count]
+            resolved_at += resolved[upto:count]
+            call_at.extend(range(first, first + count - upto))  # only ever appended to
+        self.keep(obligations, opened_at, resolved_at, call_at, count, changed)
+        return obligations, opened_at, resolved_at
 
 
 class Analysis:
@@ -134,26 +198,26 @@ class Analysis:
         self.user_turns = self.scans.user_turns(transcript)
         self.head = self._protected_head()
         self.facts: dict[str, Any] = {}
-        tracked: list[Tracked] = []
+        parts: list[list[Tracked]] = []
         for rule in RULES.values():
             if rule.scan is None:
                 continue
             found = rule.scan(self)
             self.facts[rule.name] = found
             if isinstance(found, list) and found and isinstance(found[0], Tracked):
-                tracked.extend(found)
-        if self._ledger_records:
-            tracked = self._discharged_by_ledger(tracked)
+                parts.append(found)
         self.stale: dict[tuple[str, str, int], str] = {}
-        tracked = self._stale(tracked)
-        self.obligations = sorted(tracked, key=_OPENED)
-        self.opened_at = list(map(_OPENED, self.obligations))
+        calls = self.facts.get("open_tool_call")
+        if not self._ledger_records and not self.abandoned and parts and parts[0] is calls:
+            self.obligations, self.opened_at, self.resolved_at = self._merged(parts[0], parts[1:])
+        else:
+            self.obligations, self.opened_at, self.resolved_at = self._sorted(parts)
         self.negatives: list[Negative] = self.facts.get("null_result") or []
         self.negative_at = list(map(_MESSAGE_INDEX, self.negatives))
         self.units_by_rule: dict[str, list[Tracked]] = {
             rule.name: self.facts.get(rule.name) or []
             for rule in RULES.values()
-            if rule.kind == "atomicity" and policy.severity(rule.name) == "block"
+            if rule.kind == "atomicity" and self.severities()[rule.name] == "block"
         }
         """The atomic units of each atomicity rule whose severity blocks."""
         self.pair_closed = self._closed()
@@ -172,14 +236,20 @@ class Analysis:
 
     # -- span queries ------------------------------------------------------------------------
 
+    def severities(self, addressable: bool = False) -> dict[str, Severity]:
+        """Every rule's severity under the policy (relaxed when the span is archived)."""
+        if self.scans.policy is self.policy:
+            return self.scans.severities(addressable)
+        return {name: self.policy.severity(name, addressable=addressable) for name in RULES}
+
     def blocking_rules(self, addressable: bool = False) -> frozenset[str]:
         """The rules whose findings block a span (relaxed when it is archived)."""
         found = self._blocking.get(addressable)
         if found is None:
             found = self._blocking[addressable] = frozenset(
                 name
-                for name in RULES
-                if self.policy.severity(name, addressable=addressable) == "block"
+                for name, severity in self.severities(addressable).items()
+                if severity == "block"
             )
         return found
 
@@ -210,11 +280,11 @@ class Analysis:
         them (never resolved, or resolved at or after `end`), in order; once per span."""
 
         def compute() -> list[Tracked]:
-            return [
-                o
-                for o in self.obligations_opened_in(start, end)
-                if o.resolved is None or o.resolved >= end
-            ]
+            lo = bisect.bisect_left(self.opened_at, start)
+            hi = bisect.bisect_left(self.opened_at, end)
+            # Most resolve before `end`: the test runs in C over where each resolves.
+            open_at_end = map(end.__le__, self.resolved_at[lo:hi])
+            return [self.obligations[i] for i in itertools.compress(range(lo, hi), open_at_end)]
 
         return self.span_memo(("unresolved", start, end), compute)
 
@@ -274,40 +344,107 @@ class Analysis:
                 pairs.append((o.opened, o.resolved))
         return closed_cuts_of(len(self.transcript), pairs)
 
+    def _sorted(self, parts: list[list[Tracked]]) -> tuple[list[Tracked], list[int], list[int]]:
+        """Every rule's obligations (`parts`, in registry order) resolved by the ledger, marked
+        stale, sorted by where they arise (ties in that order); where each arises, and where
+        each resolves (`OPEN` for none)."""
+        tracked = [o for found in parts for o in found]
+        if self._ledger_records:
+            tracked = self._discharged_by_ledger(tracked)
+        tracked = self._stale(tracked)
+        obligations = sorted(tracked, key=_OPENED)
+        return obligations, list(map(_OPENED, obligations)), list(map(_resolved_at, obligations))
+
+    def _merged(
+        self, calls: list[Tracked], others: list[list[Tracked]]
+    ) -> tuple[list[Tracked], list[int], list[int]]:
+        """What `_sorted` gives when the ledger resolves nothing, without reading every call:
+        the calls are in order already (their fold keeps where each arises and which are
+        unanswered), and the few other obligations are inserted in between them. When those
+        are the same as at the conversation's last analysis, its order is taken over: only
+        the calls answered since are replaced and the new calls appended."""
+        from otel_compaction.rules.open_tool_call import in_order
+
+        opened, resolved, unanswered, changed = in_order(self)
+        raw = [o for found in others for o in found]
+        rest = raw.copy()
+        ages: dict[tuple[str, str], float] = {}
+        pending = [i for i, o in enumerate(rest) if o.resolved is None]
+        if self._stales():
+            ages = self._ledger_ages()
+            for ordinal in unanswered:
+                self._mark_stale(calls[ordinal], ages)
+            for position in pending:
+                rest[position] = self._mark_stale(rest[position], ages)
+        count = len(calls)
+        last = self.scans.fold("obligations in order", _Order, count)
+        if (
+            last.changed is changed
+            # The stale marks of the other obligations are those made last time.
+            and not ages
+            and (not pending or last.turns == len(self.user_turns))
+            and (count == last.upto or opened[last.upto] > last.latest)
+            and last.raw == raw
+        ):
+            return last.extended(calls, opened, resolved, changed)
+        rest.sort(key=_OPENED)
+        cuts = [bisect.bisect_right(opened, o.opened, 0, count) for o in rest]
+        obligations, opened_at, resolved_at = calls.copy(), opened[:count], resolved[:count]
+        # From the last, so that the earlier cuts stay where they were; ties keep the order
+        # of the concatenation (calls first, then the others in order).
+        for o, cut in zip(reversed(rest), reversed(cuts), strict=True):
+            obligations.insert(cut, o)
+            opened_at.insert(cut, o.opened)
+            resolved_at.insert(cut, _resolved_at(o))
+        call_at: list[int] = []
+        at = 0
+        for shift, cut in enumerate(cuts):
+            call_at.extend(range(at + shift, cut + shift))
+            at = cut
+        call_at.extend(range(at + len(cuts), count + len(cuts)))
+        last.keep(obligations, opened_at, resolved_at, call_at, count, changed)
+        last.raw, last.turns = raw, len(self.user_turns)
+        last.latest = rest[-1].opened if rest else -1
+        return obligations, opened_at, resolved_at
+
+    def _stales(self) -> bool:
+        after = self.policy.stale_after
+        return after.turns is not None or (after.seconds is not None and self.ledger is not None)
+
     def _stale(self, tracked: list[Tracked]) -> list[Tracked]:
         """Mark obligations older than the policy's ``stale_after``. A retry chain or a
         commitment closes when it goes stale (the model has moved on); a tool call or a
         transaction is runtime state and stays open, reported as stale."""
-        after = self.policy.stale_after
-        if after.turns is None and (after.seconds is None or self.ledger is None):
+        if not self._stales():
             return tracked
         ages = self._ledger_ages()
         out = list(tracked)
         for position in _unresolved_positions(out):
-            o = out[position]
-            if o.kind in ("atomic_unit", "tool_result"):
-                continue
-            stale_at: int | None = None
-            reason = ""
-            if after.turns is not None:
-                following = bisect.bisect_right(self.user_turns, o.opened)
-                if following + after.turns - 1 < len(self.user_turns):
-                    stale_at = self.user_turns[following + after.turns - 1]
-                    reason = f"{after.turns} user turns have passed since message {o.opened}"
-            age = ages.get((o.kind, o.id))
-            if (
-                not reason
-                and after.seconds is not None
-                and age is not None
-                and (age >= after.seconds)
-            ):
-                reason = f"open for {age:.0f} s (stale after {after.seconds:g} s)"
-            if not reason:
-                continue
-            self.stale[(o.kind, o.id, o.opened)] = reason
-            if o.kind in ("retry", "commitment") and stale_at is not None:
-                out[position] = replace(o, resolved=stale_at, status="stale")
+            out[position] = self._mark_stale(out[position], ages)
         return out
+
+    def _mark_stale(self, o: Tracked, ages: dict[tuple[str, str], float]) -> Tracked:
+        """`o` (unresolved) marked in `stale` when it is stale; closed there when it is a
+        retry chain or a commitment."""
+        if o.kind in ("atomic_unit", "tool_result"):
+            return o
+        after = self.policy.stale_after
+        stale_at: int | None = None
+        reason = ""
+        if after.turns is not None:
+            following = bisect.bisect_right(self.user_turns, o.opened)
+            if following + after.turns - 1 < len(self.user_turns):
+                stale_at = self.user_turns[following + after.turns - 1]
+                reason = f"{after.turns} user turns have passed since message {o.opened}"
+        age = ages.get((o.kind, o.id))
+        if not reason and after.seconds is not None and age is not None and age >= after.seconds:
+            reason = f"open for {age:.0f} s (stale after {after.seconds:g} s)"
+        if not reason:
+            return o
+        self.stale[(o.kind, o.id, o.opened)] = reason
+        if o.kind in ("retry", "commitment") and stale_at is not None:
+            return replace(o, resolved=stale_at, status="stale")
+        return o
 
     def _ledger_ages(self) -> dict[tuple[str, str], float]:
         if self.ledger is None:

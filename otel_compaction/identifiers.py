@@ -76,13 +76,13 @@ def find_identifiers(
 
     `known` remembers each candidate's verdict across calls (one transcript repeats the same
     dates, codes and ids many times over)."""
-    fullmatch = shapes.fullmatch
+    whole = shapes.whole
     for value in candidates(text):
         if len(value) > MAX_LENGTH:
             continue
         verdict = known.get(value) if known is not None else None
         if verdict is None:
-            verdict = fullmatch(value) is not None
+            verdict = whole(value)
             if known is not None:
                 known[value] = verdict
         if verdict:

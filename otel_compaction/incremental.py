@@ -145,7 +145,8 @@ class TranscriptCache:
             except Exception:
                 state.reset(policy)  # nothing half-fed is kept
                 raise
-            state.seen = listed.copy()
+            if start == 0:
+                state.seen = listed.copy()
             state.last = _content(listed[-1]) if listed else ""
             return then(state.builder.transcript(listed), state)
 
@@ -206,10 +207,13 @@ def _reusable(state: _Conversation, messages: list[Any], policy: Policy | None) 
         return None
     if count == 0 or len(messages) < count:
         return None
-    # Rebuilt objects (a framework converting its messages on every call) carry over when
-    # they are equal to the ones seen: list equality compares by identity first, then by value.
-    if messages[:count] != seen:
-        return None
     if _content(messages[count - 1]) != state.last:
         return None  # the last message was still being written
+    # Rebuilt objects (a framework converting its messages on every call) carry over when
+    # they are equal to the ones seen: list equality compares by identity first, then by value.
+    # The appended messages join `seen` first, so that no copy of the history is made.
+    seen.extend(messages[count:])
+    if seen != messages:
+        del seen[count:]
+        return None
     return count

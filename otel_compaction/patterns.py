@@ -60,6 +60,16 @@ _SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|\n+")
 _RE2_BLIND: Final = frozenset("\x0b\x1c\x1d\x1e\x1f")
 
 
+def _seen_alike(text: str) -> bool:
+    """True when `text` holds none of `_RE2_BLIND` (a short text is read one character at a
+    time; a long one is searched for each, which runs at memory speed)."""
+    if len(text) < 64:
+        return _RE2_BLIND.isdisjoint(text)
+    return not (
+        "\x0b" in text or "\x1c" in text or "\x1d" in text or "\x1e" in text or "\x1f" in text
+    )
+
+
 class Match(Protocol):
     """What the rules read of a match, on either engine."""
 
@@ -184,6 +194,105 @@ def _re2_options() -> Any:
     return options
 
 
+def _without_lookarounds(pattern: str) -> str | None:
+    """`pattern` with its lookahead and lookbehind groups removed: it matches every text
+    `pattern` matches (an assertion removed only lets more through), so when it does not
+    match, neither does `pattern`. None when there is nothing to remove, or no such superset
+    is read here (backreferences, verbose layout)."""
+    flags = _GLOBAL_FLAGS.match(pattern)
+    if flags is not None and "x" in flags.group(1):
+        return None
+    tokens = list(_tokens(pattern))
+    out: list[str] = []
+    removed = False
+    i = 0
+    while i < len(tokens):
+        token, in_class = tokens[i]
+        if not in_class and (token[1:].isdigit() or token in ("\\g", "\\k")):
+            return None  # a backreference
+        ahead = "".join(t for t, _ in tokens[i : i + 4])
+        if not in_class and ahead.startswith(("(?=", "(?!", "(?<=", "(?<!")):
+            depth = 0
+            while i < len(tokens):
+                token, in_class = tokens[i]
+                i += 1
+                if in_class:
+                    continue
+                depth += (token == "(") - (token == ")")
+                if depth == 0:
+                    break
+            removed = True
+            continue
+        if not in_class and ahead.startswith("(?P="):
+            return None
+        out.append(token)
+        i += 1
+    return "".join(out) if removed else None
+
+
+class _Sets:
+    """One pattern list as RE2 sets, for yes-or-no questions on text RE2 reads as Python's
+    `re` does. A search asks the patterns RE2 expresses exactly, then (when none matched) the
+    bounded scan of the others. A whole-text match also asks a superset of each of the others
+    (its lookarounds removed): only a superset's hit sends the text to the bounded scan, so a
+    value no shape can match costs one pass of RE2."""
+
+    __slots__ = ("dollar", "exact", "rest", "search", "unfiltered", "whole")
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        exact: list[str] = []
+        filters: list[str] = []
+        self.dollar = False
+        self.rest = False
+        """Some patterns only the bounded scan runs."""
+        self.unfiltered = False
+        """Some of those have no superset RE2 runs: a whole-text match always asks them."""
+        for pattern in patterns:
+            source = _re2_exact(pattern)
+            if source is not None:
+                exact.append(source[0])
+                self.dollar = self.dollar or source[1]
+                continue
+            self.rest = True
+            superset = _without_lookarounds(pattern)
+            found = _re2_exact(superset) if superset is not None else None
+            if found is None:
+                self.unfiltered = True
+            else:
+                filters.append(found[0])
+                self.dollar = self.dollar or found[1]
+        self.exact = len(exact)
+        self.search = _set(re2.Set.SearchSet(_re2_options()), exact)
+        self.whole = _set(re2.Set.FullMatchSet(_re2_options()), exact + filters)
+
+    def reads(self, text: str) -> bool:
+        """True when RE2 reads `text` as Python's `re` does, for these patterns."""
+        return text.isascii() and _seen_alike(text) and not (self.dollar and text.endswith("\n"))
+
+    def found(self, text: str) -> bool | None:
+        """Whether a pattern is found in `text`; None when only the bounded scan can tell."""
+        if self.search is not None and self.search.Match(text):
+            return True
+        return None if self.rest else False
+
+    def matches(self, text: str) -> bool | None:
+        """Whether a pattern matches all of `text`; None when only the bounded scan can tell."""
+        hits = self.whole.Match(text) if self.whole is not None else None
+        if hits:
+            return True if min(hits) < self.exact else None
+        return None if self.unfiltered else False
+
+
+def _set(empty: Any, patterns: list[str]) -> Any:
+    """`empty` (an RE2 set) with `patterns` added and compiled; None without patterns."""
+    if not patterns:
+        return None
+    for pattern in patterns:
+        empty.Add(pattern)
+    empty.Compile()
+    return empty
+
+
 class Scan:
     """One policy pattern list as a single alternation, run in linear or bounded time.
 
@@ -198,6 +307,8 @@ class Scan:
         "_dollar",
         "_lock",
         "_re2",
+        "_rest",
+        "_sets",
         "_timeouts",
         "disabled",
         "engine",
@@ -207,6 +318,17 @@ class Scan:
     def __init__(self, patterns: Sequence[str]) -> None:
         self.source = "|".join(_scoped(p, strip_verbose=False) for p in patterns)
         self._bounded = regex.compile(_python_spaces(self.source), regex.VERSION0)
+        self._sets = _Sets(patterns)
+        # The patterns the sets cannot say exactly, for the bounded scan after a superset hit.
+        rest = [p for p in patterns if _re2_exact(p) is None]
+        self._rest = (
+            regex.compile(
+                _python_spaces("|".join(_scoped(p, strip_verbose=False) for p in rest)),
+                regex.VERSION0,
+            )
+            if rest
+            else None
+        )
         self._re2: Any = None
         self._dollar = False
         candidate = _re2_source(patterns)
@@ -227,7 +349,7 @@ class Scan:
         return (
             self._re2 is not None
             and text.isascii()
-            and _RE2_BLIND.isdisjoint(text)
+            and _seen_alike(text)
             and not (self._dollar and text.endswith("\n"))
         )
 
@@ -245,10 +367,32 @@ class Scan:
             return found
         return self._bounded_call("fullmatch", text)
 
-    def _bounded_call(self, method: str, text: str) -> Match | None:
+    def found(self, text: str) -> bool:
+        """Whether `search` finds a match in `text` (without making the match)."""
+        if self.disabled:
+            return False
+        if self._sets.reads(text):
+            answer = self._sets.found(text)
+            if answer is not None:
+                return answer
+            return self._bounded_call("search", text, self._rest) is not None
+        return self._bounded_call("search", text) is not None
+
+    def whole(self, text: str) -> bool:
+        """Whether `fullmatch` matches all of `text` (without making the match)."""
+        if self.disabled:
+            return False
+        if self._sets.reads(text):
+            answer = self._sets.matches(text)
+            if answer is not None:
+                return answer
+            return self._bounded_call("fullmatch", text, self._rest) is not None
+        return self._bounded_call("fullmatch", text) is not None
+
+    def _bounded_call(self, method: str, text: str, compiled: Any = None) -> Match | None:
         if self.disabled:
             return None
-        run = getattr(self._bounded, method)
+        run = getattr(self._bounded if compiled is None else compiled, method)
         # The engine's timeout is wall-clock time; what bounds the pattern is the CPU time
         # this thread spent in it. A thread kept waiting by others (the GIL, a busy machine)
         # runs the match again with more wall time, so the verdict never depends on load.
@@ -278,6 +422,18 @@ class Scan:
                     self.source, MATCH_TIMEOUT * 1000, len(text),
                 )  # fmt: skip
         return None
+
+
+def _re2_exact(pattern: str) -> tuple[str, bool] | None:
+    """`_re2_source` of `pattern` alone, when RE2 compiles it."""
+    source = _re2_source([pattern])
+    if source is None:
+        return None
+    try:
+        re2.compile(source[0], _re2_options())
+    except re2.error:
+        return None
+    return source
 
 
 def check_pattern(pattern: str) -> None:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, cast
 from otel_compaction.identifiers import candidates, find_identifiers, is_path
 from otel_compaction.patterns import Scan
 from otel_compaction.policy import Policy
+from otel_compaction.rules.base import Severity
+from otel_compaction.rules.registry import RULE_NAMES
 from otel_compaction.transcript import Entry, ToolCall, ToolResult, Transcript
 
 if TYPE_CHECKING:
@@ -106,8 +108,8 @@ class MessageScans:
     """
 
     __slots__ = (
-        "_folds", "_identifiers", "_known", "_outcomes", "_promises", "_roles", "_subjects",
-        "_turns", "_turns_upto", "policy",
+        "_folds", "_identifiers", "_known", "_outcomes", "_promises", "_roles", "_severities",
+        "_subjects", "_turns", "_turns_upto", "policy",
     )  # fmt: skip
 
     def __init__(self, policy: Policy) -> None:
@@ -122,6 +124,17 @@ class MessageScans:
         self._known: dict[str, bool] = {}
         self._roles: dict[str, str] = {}
         self._folds: dict[str, Any] = {}
+        self._severities: dict[bool, dict[str, Severity]] = {}
+
+    def severities(self, addressable: bool = False) -> dict[str, Severity]:
+        """Every rule's severity under the policy (relaxed for an archived span), once: the
+        policy is frozen, and every span evaluation asks."""
+        found = self._severities.get(addressable)
+        if found is None:
+            found = self._severities[addressable] = {
+                name: self.policy.severity(name, addressable=addressable) for name in RULE_NAMES
+            }
+        return found
 
     def outcomes(self, results: Sequence[ToolResult]) -> list[Outcome]:
         """The outcome of every result, in order."""
@@ -203,7 +216,7 @@ class MessageScans:
         policy's patterns `begin` and `end`), else empty; once per name."""
         role = self._roles.get(name)
         if role is None:
-            role = "begin" if begin.search(name) else "end" if end.search(name) else ""
+            role = "begin" if begin.found(name) else "end" if end.found(name) else ""
             self._roles[name] = role
         return role
 
@@ -235,22 +248,22 @@ class MessageScans:
         head = result.text[:RESULT_HEAD]
         # One pass over the three shape lists first: most results match none of them.
         negative = policy.negative_regex
-        if negative is None or negative.search(head) is None:
+        if negative is None or not negative.found(head):
             if result.status == "error":
                 return "failure"
             if not head.strip():
                 return "absence" if policy.patterns.null_result.empty else "silent"
             return "success"
         rejection = policy.rejection_regex
-        if rejection is not None and rejection.search(head) is not None:
+        if rejection is not None and rejection.found(head):
             return "rejection"
         absence = policy.null_regex
-        if absence is not None and absence.search(head) is not None:
+        if absence is not None and absence.found(head):
             return "absence"
         if result.status == "error":
             return "failure"
         failure = policy.error_regex
-        if failure is not None and failure.search(head) is not None:
+        if failure is not None and failure.found(head):
             return "failure"
         if not head.strip():
             return "absence" if policy.patterns.null_result.empty else "silent"

@@ -86,6 +86,11 @@ def counter_name(counter: TokenCounter) -> str:
     return getattr(counter, "__qualname__", None) or repr(counter)
 
 
+def _as_list(messages: Sequence[Any]) -> list[Any]:
+    """`messages` as a list (itself when it is one)."""
+    return messages if isinstance(messages, list) else list(messages)
+
+
 def message_text(message: Any) -> str:
     """The form a message is counted in: its JSON."""
     return json.dumps(message, ensure_ascii=False, default=str)
@@ -131,15 +136,22 @@ class MessageTokens:
             return self._sum
 
     def _update(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        seen = self._seen
-        keep = len(seen) - 1  # the last message seen is counted again: it may have grown
-        if keep < 0 or len(messages) <= keep or messages[:keep] != seen[:keep]:
+        seen, counts = self._seen, self._counts
+        keep = max(0, len(seen) - 1)  # the last message seen is counted again: it may have grown
+        if len(messages) <= keep:
             keep = 0
-        self._sum -= sum(self._counts[keep:])
+        self._sum -= sum(counts[keep:])
         del seen[keep:]
-        del self._counts[keep:]
-        for message in messages[keep:]:
-            seen.append(message)
+        del counts[keep:]
+        # The messages kept are compared with the new list whole (by identity first, then by
+        # value) once the new ones have joined them, so that no copy of the history is made.
+        seen.extend(messages[keep:])
+        if keep and seen != _as_list(messages):
+            keep = 0
+            seen[:] = messages
+            counts.clear()
+            self._sum = 0
+        for message in seen[keep:]:
             count = self.count(message)
-            self._counts.append(count)
+            counts.append(count)
             self._sum += count

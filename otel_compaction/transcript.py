@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import json
 import operator
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,7 +177,9 @@ class Transcript:
         [0, 1, 3]
     """
 
-    __slots__ = ("_closed", "calls", "entries", "format", "messages", "results", "units")
+    __slots__ = (
+        "__weakref__", "_closed", "calls", "entries", "format", "messages", "results", "units",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -380,9 +383,11 @@ class TranscriptBuilder:
 
     The builder can be fed again with messages appended to the same conversation. What it
     published stays as it was: a call answered later is replaced in the builder's list,
-    never changed in place, and `transcript` hands out copies of the lists. Cut closedness
-    is kept as it goes: appending messages never changes whether an earlier cut is closed.
-    After a `TranscriptError` the builder is half-fed: start a new one.
+    never changed in place, and `transcript` shares the builder's lists with the transcript it
+    hands out until the next `feed`, which copies them first if that transcript still lives
+    (a conversation whose transcripts are dropped between turns never copies its history).
+    Cut closedness is kept as it goes: appending messages never changes whether an earlier cut
+    is closed. After a `TranscriptError` the builder is half-fed: start a new one.
     """
 
     def __init__(self) -> None:
@@ -396,12 +401,19 @@ class TranscriptBuilder:
         self._units: list[Unit] = []
         self._units_upto = 0  # messages the units were found in
         self._units_from = 0  # the first of those a unit may still grow from (see transcript)
+        self._published: weakref.ref[Transcript] | None = None  # shares the lists while alive
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def feed(self, messages: Sequence[Any], start: int = 0) -> None:
         """Parse ``messages[start:]`` (the messages before `start` already fed)."""
+        published = self._published
+        if published is not None and start < len(messages):
+            self._published = None
+            if published() is not None:
+                self.entries, self.calls = self.entries.copy(), self.calls.copy()
+                self.results = self.results.copy()
         for index in range(start, len(messages)):
             message = messages[index]
             # A plain dict skips the slower ABC check.
@@ -439,10 +451,12 @@ class TranscriptBuilder:
                 (u.first for u in tail if u.last == count - 1), default=count - 1
             )
             self._units_upto = count
-        return Transcript(
-            messages, list(self.entries), list(self.calls), list(self.results),
+        published = Transcript(
+            messages, self.entries, self.calls, self.results,
             closed=closed, formats=self.formats, units=self._units.copy(),
         )  # fmt: skip
+        self._published = weakref.ref(published)
+        return published
 
     # -- recording ---------------------------------------------------------------------------
 

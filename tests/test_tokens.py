@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,3 +67,29 @@ def test_should_compact_costs_the_new_messages() -> None:
         messages.append({"role": "user", "content": f"question {turn}"})
         compactor.should_compact(messages)
     assert compactor.token_counts.counted <= 2 * len(messages)
+
+
+def test_an_edited_shortened_or_rebuilt_transcript_is_counted_afresh() -> None:
+    """Whatever the list became since the last call, the total is that of a fresh count: an
+    earlier message replaced, the list cut short, equal messages rebuilt, a tuple."""
+    tokens = MessageTokens(char_estimate)
+    messages: list[dict[str, str]] = [
+        {"role": "user", "content": "x" * 40},
+        {"role": "assistant", "content": "y" * 80},
+        {"role": "user", "content": "z"},
+    ]
+
+    def fresh(listed: Any) -> int:
+        return MessageTokens(char_estimate).total(listed)
+
+    assert tokens.total(messages) == fresh(messages)
+    messages[0] = {"role": "user", "content": "w" * 400}  # an edit, not an append
+    messages.append({"role": "assistant", "content": "ok"})
+    assert tokens.total(messages) == fresh(messages)
+    assert tokens.total(messages[:2]) == fresh(messages[:2])
+    assert tokens.total(messages) == fresh(messages)
+    rebuilt = [dict(m) for m in messages]
+    counted = tokens.counted
+    assert tokens.total(rebuilt) == fresh(rebuilt)
+    assert tokens.counted - counted == 1  # equal objects carry over; the last is counted again
+    assert tokens.total(tuple(messages)) == fresh(messages)

@@ -178,9 +178,17 @@ class _Seen:
         if same and (instructions is self.instructions or system == seen):
             system = seen
         offset = 0 if system is None else 1
-        count = len(self.raw)
-        # List equality compares by identity first, then by value: the fast test of an append.
-        appended = system is seen and 0 < count <= len(messages) and messages[:count] == self.raw
+        raw = self.raw
+        count = len(raw)
+        appended = system is seen and 0 < count <= len(messages)
+        if appended:
+            # List equality compares by identity first, then by value: the fast test of an
+            # append. The new messages join the kept list first, so that no copy of the
+            # history is made (a copy touches every message object).
+            raw.extend(messages[count:])
+            appended = raw == messages
+            if not appended:
+                del raw[count:]
         if appended:
             # Every seen message is the same object or an equal one; the last one may be being
             # written in place.
@@ -195,7 +203,8 @@ class _Seen:
             out = [] if system is None else [system]
             start = 0
         out.extend(_plain_or_placeholder(messages[i]) for i in range(start, len(messages)))
-        self.raw = list(messages)
+        if not appended:
+            self.raw = list(messages)
         self.plain = out
         self.instructions = instructions
         self.system = system

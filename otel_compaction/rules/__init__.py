@@ -40,10 +40,10 @@ __all__ = [
 def run_rules(view: SpanView) -> list[Finding]:
     """Every enabled rule over `view`, each finding with its policy severity, in
     transcript order."""
-    policy = view.analysis.policy
+    severities = view.analysis.severities(view.addressable)
     out: list[Finding] = []
     for name, rule in RULES.items():
-        severity = policy.severity(name, addressable=view.addressable)
+        severity = severities[name]
         if severity == "off":
             continue
         for found in rule.check(view):

@@ -8,6 +8,7 @@ keep no state.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -60,6 +61,10 @@ _REMEDIES: Final[Mapping[str, str]] = {
 def remedy(kind: str) -> str:
     """How an obligation of `kind` is discharged, as a refusal names it."""
     return _REMEDIES.get(kind, "resolve it in the runtime, then ask again")
+
+
+OPEN: Final = sys.maxsize
+"""Where an obligation without a resolution resolves, in lists of positions (after any cut)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,7 @@ _FILLER: Final = frozenset(
 def promises(policy: Policy, text: str) -> list[tuple[str, str]]:
     """The (phrase, sentence) pairs of `text` that promise an action of the assistant's own."""
     regex = policy.commitment_regex
-    if regex is None or not text or regex.search(text) is None:
+    if regex is None or not text or not regex.found(text):
         return []
     conditional = policy.commitment_conditional_regex
     out: list[tuple[str, str]] = []
@@ -77,7 +77,7 @@ def promises(policy: Policy, text: str) -> list[tuple[str, str]]:
         match = regex.search(sentence)
         if match is None or sentence.endswith("?"):
             continue
-        if conditional is not None and conditional.search(sentence) is not None:
+        if conditional is not None and conditional.found(sentence):
             continue
         out.append((match.group(0), sentence))
     return out

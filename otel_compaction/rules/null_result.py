@@ -57,7 +57,7 @@ def _excerpt(analysis: Analysis, head: str) -> str:
 def check(view: SpanView) -> list[Finding]:
     """Negative results in the span."""
     analysis = view.analysis
-    severity = analysis.policy.severity("null_result", addressable=view.addressable)
+    severity = analysis.severities(view.addressable)["null_result"]
 
     def finding(n: Negative) -> tuple[Finding]:
         return (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
+from otel_compaction.rules.base import OPEN, Finding, Rule, SpanView, Tracked, unclosed
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -14,12 +14,16 @@ if TYPE_CHECKING:
 class _Calls:
     """One `Tracked` per call (by ordinal), resolved as the results arrive."""
 
-    __slots__ = ("results", "tracked", "upto")
+    __slots__ = ("changed", "opened", "resolved", "results", "tracked", "unanswered", "upto")
 
     def __init__(self) -> None:
         self.upto = 0  # calls folded
         self.results = 0  # results folded
         self.tracked: list[Tracked] = []
+        self.opened: list[int] = []  # where each call arises (calls come in transcript order)
+        self.resolved: list[int] = []  # where each resolves (`OPEN` while it has no result)
+        self.unanswered: dict[int, None] = {}  # the ordinals without a result, ascending
+        self.changed: list[int] = []  # the ordinals replaced in `tracked`, in turn
 
     def extend(self, analysis: Analysis) -> None:
         transcript, outcomes = analysis.transcript, analysis.outcomes
@@ -31,11 +35,17 @@ class _Calls:
                     None, "open", analysis.scans.subjects(call),
                 )
             )  # fmt: skip
+            self.opened.append(call.message_index)
+            self.resolved.append(OPEN)
+            self.unanswered[call.ordinal] = None
         for result in results[self.results :]:
             if result.call is not None:
                 status = "error" if outcomes[result.ordinal] == "failure" else "result"
                 before = tracked[result.call]
                 tracked[result.call] = replace(before, resolved=result.message_index, status=status)
+                self.resolved[result.call] = result.message_index
+                self.changed.append(result.call)
+                self.unanswered.pop(result.call, None)
         self.upto, self.results = len(calls), len(results)
 
 
@@ -49,6 +59,16 @@ def scan(analysis: Analysis) -> list[Tracked]:
         if out[ordinal].resolved is None:
             out[ordinal] = replace(out[ordinal], resolved=out[ordinal].opened, status="abandoned")
     return out
+
+
+def in_order(analysis: Analysis) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Of the calls `scan` returned for `analysis` (in transcript order, so sorted by where
+    they arise): where each arises, where each resolves (`OPEN` for none), the ordinals of
+    those without a result, ascending, and the ordinals whose call was replaced (resolved), in
+    turn. The first, second and last lists are the conversation's own, growing with it: read
+    them, do not keep them (but the last, to know what was replaced since)."""
+    fold = analysis.scans.fold("open_tool_call", _Calls, len(analysis.transcript.calls))
+    return fold.opened, fold.resolved, list(fold.unanswered), fold.changed
 
 
 def check(view: SpanView) -> list[Finding]:

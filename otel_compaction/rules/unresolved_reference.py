@@ -37,6 +37,14 @@ class Bindings:
     lengths: list[int] = field(default_factory=list)
     last: list[int] = field(default_factory=list)
     """The last appearance of each value in this transcript."""
+    table: _Table | None = None
+    """The conversation's table these bindings were read from (its span answers are kept)."""
+    upto: int = 0
+    """Messages of this transcript (the table's length when the bindings were read)."""
+    alias: dict[str, str] = field(default_factory=dict)
+    """Each relative path folded away, with the absolute path it was folded into."""
+    merged: dict[str, int] = field(default_factory=dict)
+    """The position of each absolute path a relative path was folded into."""
 
 
 class _Table:
@@ -44,7 +52,8 @@ class _Table:
     first appearance (ties by value): a transcript that grew only folds its new messages."""
 
     __slots__ = (
-        "at", "first", "last", "position", "refers", "relative", "tails", "upto", "values",
+        "at", "first", "last", "owed", "position", "refers", "relative", "tails", "upto",
+        "values",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -57,6 +66,7 @@ class _Table:
         self.last: list[int] = []
         self.relative: list[int] = []  # positions of the relative paths
         self.tails: dict[str, list[int]] = {}  # each tail of an absolute path: its positions
+        self.owed: list[_Owed] = []  # the latest spans' owed identifiers, newest last
 
     def extend(self, analysis: Analysis) -> None:
         transcript = analysis.transcript
@@ -95,7 +105,7 @@ class _Table:
         """This transcript's bindings, relative paths folded into their absolute paths."""
         bindings = Bindings(
             self.values.copy(), self.first.copy(), self.at.copy(), self.refers.copy(),
-            list(map(len, self.at)), self.last.copy(),
+            list(map(len, self.at)), self.last.copy(), self, self.upto,
         )  # fmt: skip
         merged = _merge_relative_paths(bindings, self.relative, self.tails)
         if not merged:
@@ -105,10 +115,15 @@ class _Table:
             (i for i in range(len(bindings.values)) if i not in merged),
             key=lambda i: (bindings.first[i], bindings.values[i]),
         )
+        values = bindings.values
+        targets = set(merged.values())
         return Bindings(
-            [bindings.values[i] for i in order], [bindings.first[i] for i in order],
+            [values[i] for i in order], [bindings.first[i] for i in order],
             [bindings.at[i] for i in order], [bindings.refers[i] for i in order],
             [bindings.lengths[i] for i in order], [bindings.last[i] for i in order],
+            self, self.upto,
+            {values[at]: values[target] for at, target in merged.items()},
+            {values[i]: new for new, i in enumerate(order) if i in targets},
         )  # fmt: skip
 
 
@@ -123,13 +138,13 @@ def scan(analysis: Analysis) -> Bindings:
 
 def _merge_relative_paths(
     bindings: Bindings, relative: list[int], tails: dict[str, list[int]]
-) -> set[int]:
+) -> dict[int, int]:
     """Fold a relative path into the one absolute path it is the tail of (``src/a.py`` and
     ``/home/dev/shop/src/a.py`` are one file), so that either form binds the other. `tails`
     maps each tail of an absolute path to the positions of the absolute paths ending in it.
-    Returns the positions of the relative paths folded away."""
+    Returns the positions of the relative paths folded away, each with its target's."""
     values = bindings.values
-    folded: set[int] = set()
+    folded: dict[int, int] = {}
     if not tails:
         return folded
     for at in relative:
@@ -155,7 +170,7 @@ def _merge_relative_paths(
         bindings.lengths[target] = len(ordered)
         bindings.first[target] = ordered[0][0]
         bindings.last[target] = ordered[-1][0]
-        folded.add(at)
+        folded[at] = target
     return folded
 
 
@@ -165,25 +180,116 @@ def owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int,
     return analysis.span_memo(("owed", start, end), lambda: _owed(analysis, start, end))
 
 
+_Key = tuple[int, int, str, int]
+"""An owed identifier's rank: (-uses after the span, first use after it, value, first)."""
+_KEPT_SPANS = 4
+
+
+@dataclass(slots=True)
+class _Owed:
+    """The owed identifiers of one span ``[start, end)`` of the first `upto` messages, each
+    value's rank and all ranks sorted (never changed once kept: a later span copies them)."""
+
+    start: int
+    end: int
+    upto: int
+    alias: dict[str, str]
+    keys: dict[str, _Key]
+    ranked: list[_Key]
+
+
+def _rank(value: str, at: list[int], refers: list[bool], length: int, end: int) -> _Key | None:
+    """`value`'s rank when it appears after `end` and its first appearance there refers to
+    it, else None."""
+    after = bisect.bisect_left(at, end, 0, length)
+    if after < length and refers[after]:
+        return (-sum(refers[after:length]), at[after], value, at[0])
+    return None
+
+
 def _owed(analysis: Analysis, start: int, end: int) -> tuple[list[tuple[str, int, int]], int]:
     bindings: Bindings = analysis.facts.get("unresolved_reference") or Bindings()
-    lo = bisect.bisect_left(bindings.first, start)
-    hi = bisect.bisect_left(bindings.first, end)
-    ranked: list[tuple[int, int, str, int]] = []
-    # Most values in the span never appear after it: only those that do are looked into.
-    seen_after = itertools.compress(range(lo, hi), map(end.__le__, bindings.last[lo:hi]))
-    for position in seen_after:
-        at, refers = bindings.at[position], bindings.refers[position]
-        length = bindings.lengths[position]
-        after = bisect.bisect_left(at, end, 0, length)
-        if after < length and refers[after]:
-            uses = sum(refers[after:length])
-            ranked.append((-uses, at[after], bindings.values[position], at[0]))
-    ranked.sort()
+    found = _owed_spans(analysis, bindings, start, end)
+    ranked = found.ranked if found is not None else _ranked(bindings, start, end)[1]
     cap = analysis.policy.patterns.identifiers.max_identifiers
     kept = ranked if cap is None else ranked[:cap]
     chosen = sorted(((value, first, use) for _, use, value, first in kept), key=lambda t: t[1])
     return chosen, len(ranked) - len(kept)
+
+
+def _ranked(bindings: Bindings, start: int, end: int) -> tuple[dict[str, _Key], list[_Key]]:
+    """Every owed identifier of ``[start, end)``, by value and in rank order."""
+    lo = bisect.bisect_left(bindings.first, start)
+    hi = bisect.bisect_left(bindings.first, end)
+    keys: dict[str, _Key] = {}
+    # Most values in the span never appear after it: only those that do are looked into.
+    seen_after = itertools.compress(range(lo, hi), map(end.__le__, bindings.last[lo:hi]))
+    for position in seen_after:
+        value = bindings.values[position]
+        key = _rank(
+            value, bindings.at[position], bindings.refers[position], bindings.lengths[position], end
+        )
+        if key is not None:
+            keys[value] = key
+    return keys, sorted(keys.values())
+
+
+def _owed_spans(analysis: Analysis, bindings: Bindings, start: int, end: int) -> _Owed | None:
+    """The owed identifiers of ``[start, end)`` from those of an earlier span of the same
+    conversation with the same start (an agent asks about a span that grows by a message or
+    two each turn): only the values of the messages the span or the transcript took in since
+    are ranked again. None when the bindings are not the conversation's latest."""
+    table = bindings.table
+    if table is None or table.upto != bindings.upto:
+        return None
+    upto, alias = bindings.upto, bindings.alias
+    base: _Owed | None = None
+    for kept in table.owed:
+        if (
+            kept.start == start
+            and kept.end <= end
+            and kept.upto <= upto
+            and kept.alias == alias
+            and (base is None or (kept.end, kept.upto) > (base.end, base.upto))
+        ):
+            base = kept
+    if base is not None and base.end == end and base.upto == upto:
+        return base
+    if base is None:
+        keys, ranked = _ranked(bindings, start, end)
+    else:
+        keys, ranked = base.keys.copy(), base.ranked.copy()
+        transcript, identifiers = analysis.transcript, analysis.scans.identifiers
+        touched: dict[str, None] = {}
+        for index in itertools.chain(range(base.end, end), range(max(base.upto, end), upto)):
+            for value, _ in identifiers(transcript, transcript.entries[index]):
+                touched[alias.get(value, value)] = None
+        for value in touched:
+            old = keys.pop(value, None)
+            if old is not None:
+                del ranked[bisect.bisect_left(ranked, old)]
+            key = _value_rank(table, bindings, value, start, end)
+            if key is not None:
+                keys[value] = key
+                bisect.insort(ranked, key)
+    found = _Owed(start, end, upto, alias, keys, ranked)
+    table.owed.append(found)
+    del table.owed[:-_KEPT_SPANS]
+    return found
+
+
+def _value_rank(table: _Table, bindings: Bindings, value: str, start: int, end: int) -> _Key | None:
+    """`value`'s rank for ``[start, end)`` when it is first seen in the span."""
+    merged = bindings.merged.get(value)
+    if merged is not None:
+        at, refers, length = bindings.at[merged], bindings.refers[merged], bindings.lengths[merged]
+    else:
+        position = table.position[value]
+        at, refers = table.at[position], table.refers[position]
+        length = len(at)
+    if not start <= at[0] < end:
+        return None
+    return _rank(value, at, refers, length, end)
 
 
 class _Findings:
@@ -201,7 +307,7 @@ def check(view: SpanView) -> list[Finding]:
     """Identifiers first seen in the span that the retained part refers to."""
     analysis = view.analysis
     chosen, left_out = owed(analysis, view.start, view.end)
-    severity = analysis.policy.severity("unresolved_reference", addressable=view.addressable)
+    severity = analysis.severities(view.addressable)["unresolved_reference"]
     made = analysis.scans.fold("unresolved_reference findings", _Findings, len(analysis.transcript))
     made.upto = len(analysis.transcript)
     out: list[Finding] = []
