@@ -7,9 +7,10 @@ in either order. Each request is one chat-like span, OpenLLMetry's (``openai.cha
 ``anthropic.chat``), and it carries otel-compaction's bookkeeping: no ``compaction.model_request``
 span. OpenLLMetry's OpenAI span is current around the SDK call; its Anthropic span is not, and
 is found all the same; its Responses span starts only after the call, so there otel-compaction's
-request span keeps the bookkeeping and does not claim ``chat``. The chat spans open no obligations, every call is one obligation, every
-detection is reported once, streams and the ``.stream()`` helpers pass through both wrappers,
-and taking either instrumentation out leaves the SDK working.
+request span keeps the bookkeeping and does not claim ``chat``. The chat spans open no
+obligations, every call is one obligation, every detection is reported once, streams and the
+``.stream()`` helpers pass through both wrappers, and taking either instrumentation out leaves
+the SDK working.
 
 OpenLLMetry registers its instrumentors under the same ``opentelemetry_instrumentor`` names as
 the other OpenAI instrumentations the tests install (``openai``), so it lives in an environment
