@@ -46,6 +46,7 @@ NOT_PRODUCED_HERE = {
     "compaction_ledger_overflow_total": "the agent stays far below the ledger's bounds",
     "traces_span_metrics_calls_total": "made by the Collector's spanmetrics connector",
     "compaction_obligations_orphaned": "a shared ledger's (PostgreSQL); this agent's is in memory",
+    "compaction_sources_disagreements_total": "counted when a gate reads obligation sources",
 }
 """Names the rules or the dashboard use that this scenario does not produce, and why."""
 

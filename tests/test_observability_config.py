@@ -318,6 +318,10 @@ def test_the_dashboard_has_the_panels_the_issue_asks_for() -> None:
         "Tokens held verbatim by deferral (time range)": ("compaction_deferral_held_tokens_total",),
         "Severed calls (time range)": ("compaction_obligations_severed_total",),
         "Duplicate tool calls (time range)": ("compaction_tool_calls_duplicate_total",),
+        "Orphaned obligations now": ("max by", "compaction_obligations_orphaned"),
+        "Engine disagreements with the ledger (time range)": (
+            "compaction_sources_disagreements_total",
+        ),
     }
     for title, fragments in wanted.items():
         assert title in titles, title

@@ -37,6 +37,7 @@ EXPOSED = {
     "compaction_tool_calls_duplicate_total": "counter",
     "compaction_obligations_severed_total": "counter",
     "compaction_ledger_overflow_total": "counter",
+    "compaction_sources_disagreements_total": "counter",
 }
 """The Prometheus name and type of every instrument the rules or the dashboard read."""
 SHARED_LEDGER_ONLY = {"compaction_obligations_orphaned": "gauge"}
@@ -117,6 +118,7 @@ def _record_everything(result: Telemetry) -> None:
         gate.evaluate(severed, 1, 4, raise_on_refuse=False)
     result.metrics.duplicate_calls.add(1, {semconv.GEN_AI_TOOL_NAME: "restart"})
     result.metrics.ledger_overflow.add(1, {semconv.OBLIGATION_KIND: "tool_call"})
+    result.metrics.record_disagreement("langgraph", "source_open", "tool_call")
 
 
 def test_off_by_default(configured: list[Telemetry]) -> None:
