@@ -170,6 +170,7 @@ class Decision:
                 "abandoned": [_ref_dict(r) for r in self.must_carry.abandoned],
                 "identifiers_left_out": self.must_carry.identifiers_left_out,
             },
+            "orphaned": [_orphan_dict(o) for o in self.orphaned],
         }
 
     def raise_if_refused(self) -> Decision:
@@ -177,6 +178,18 @@ class Decision:
         if self.action == "refuse":
             raise refusal_error(self)
         return self
+
+
+def _orphan_dict(orphan: Orphan) -> dict[str, Any]:
+    o = orphan.obligation
+    return {
+        "kind": o.kind,
+        "id": o.id,
+        "name": o.name,
+        "owner": orphan.owner,
+        "silent_seconds": orphan.silent_seconds,
+        "discharge": orphan.discharge,
+    }
 
 
 def _ref_dict(ref: ObligationRef) -> dict[str, Any]:

@@ -192,10 +192,7 @@ def _run(command: dict[str, Any], ledger: Any, archive: Any, gate: Any, compacto
             "action": decision.action,
             "span": list(decision.span),
             "obligations": [ref.id for ref in decision.obligations],
-            "orphaned": [
-                {"id": o.obligation.id, "owner": o.owner, "discharge": o.discharge}
-                for o in decision.orphaned
-            ],
+            "orphaned": decision.to_dict()["orphaned"],  # the CLI's JSON contract
             "abandoned": [ref.id for ref in decision.must_carry.abandoned],
             "describe": decision.describe(),
         }

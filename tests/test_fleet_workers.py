@@ -89,8 +89,9 @@ def test_a_killed_owner_leaves_an_orphan_refused_over_until_another_worker_disch
     assert decision["span"] == [0, 6]
     assert decision["obligations"] == ["call_live"]
     [orphan] = decision["orphaned"]
-    assert orphan["id"] == "call_live"
+    assert (orphan["kind"], orphan["id"], orphan["name"]) == ("tool_call", "call_live", "restart")
     assert orphan["owner"] == a.owner
+    assert isinstance(orphan["silent_seconds"], float) and orphan["silent_seconds"] > 0
     assert (
         "ledger.resolve('conv-1', 'call_live', 'abandoned', kind='tool_call')"
         in (orphan["discharge"])
