@@ -18,7 +18,7 @@ import itertools
 import json
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from otel_compaction.ledger import LedgerSnapshot, Obligation
@@ -238,9 +238,7 @@ class Analysis:
 
     def severities(self, addressable: bool = False) -> dict[str, Severity]:
         """Every rule's severity under the policy (relaxed when the span is archived)."""
-        if self.scans.policy is self.policy:
-            return self.scans.severities(addressable)
-        return {name: self.policy.severity(name, addressable=addressable) for name in RULES}
+        return self.policy.severities[addressable]
 
     def blocking_rules(self, addressable: bool = False) -> frozenset[str]:
         """The rules whose findings block a span (relaxed when it is archived)."""
@@ -443,7 +441,7 @@ class Analysis:
             return o
         self.stale[(o.kind, o.id, o.opened)] = reason
         if o.kind in ("retry", "commitment") and stale_at is not None:
-            return replace(o, resolved=stale_at, status="stale")
+            return o.resolved_as(stale_at, "stale")
         return o
 
     def _ledger_ages(self) -> dict[tuple[str, str], float]:
@@ -487,7 +485,7 @@ class Analysis:
                             self.ledger_only.append(record)
                     elif not record.is_open:
                         o = out[at]
-                        out[at] = replace(o, resolved=o.opened, status=record.status or "result")
+                        out[at] = o.resolved_as(o.opened, record.status or "result")
         for kind, by_id in self._ledger_records.items():
             if kind in _LEDGER_DISCHARGED:
                 continue

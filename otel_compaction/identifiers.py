@@ -27,13 +27,15 @@ __all__ = [
     "same_identifier",
 ]
 
-# Only from the start of a run (the lookbehind), and possessively: the letters before the first
-# digit, @, / or - are passed once and never given back, so a run without one costs one pass
-# over it and the whole scan stays linear in the text. ASCII text (almost all of it) is read
-# with ASCII classes, which the regex engine tests faster than Unicode's ``\w`` and ``\d``.
-_RUN: Final = re.compile(r"(?<![\w.+@/~#-])(?:[^\W\d]|[.+~#])*+[\d@/-][\w.+@/~#-]*+")
+# A run is found from the character before it (the text is read with a space put before it):
+# a pattern that opens with a character class lets the engine skip, in its fast loop, every
+# character that cannot stand before a run, so a word costs one attempt rather than one per
+# character. The letters before the first digit, @, / or - are taken possessively and never
+# given back, so an attempt reads its word once and the whole scan stays linear in the text.
+# ASCII text (almost all of it) is read with ASCII classes, which the engine tests faster.
+_RUN: Final = re.compile(r"[^\w.+@/~#-]((?:[^\W\d]|[.+~#])*+[\d@/-][\w.+@/~#-]*+)")
 _ASCII_RUN: Final = re.compile(
-    r"(?<![A-Za-z0-9_.+@/~#-])[A-Za-z_.+~#]*+[0-9@/-][A-Za-z0-9_.+@/~#-]*+"
+    r"[^A-Za-z0-9_.+@/~#-]([A-Za-z_.+~#]*+[0-9@/-][A-Za-z0-9_.+@/~#-]*+)"
 )
 MAX_LENGTH: Final = 256
 """The longest value taken for an identifier: a longer run (an encoded blob, a generated path)
@@ -56,37 +58,50 @@ def canonical(value: str) -> str:
 def runs(text: str) -> list[str]:
     """Every maximal run of ``[\\w.+@/~#-]`` in `text` that holds a digit, an ``@``, a ``/`` or
     a ``-``, in order, as written."""
-    return (_ASCII_RUN if text.isascii() else _RUN).findall(text)
+    return (_ASCII_RUN if text.isascii() else _RUN).findall(" " + text)
+
+
+def _trimmed(run: str) -> str:
+    """`canonical` of `run`, skipped for the runs that need no trimming (the hot path)."""
+    if run[-1] in _TRAILING or run[0] in _LEADING or run[-1] == "/" or run[:2] == "./":
+        return canonical(run)
+    return run
 
 
 def candidates(text: str) -> Iterator[str]:
     """Every run of `text` that could be an identifier, in canonical form, in order."""
     for run in runs(text):
-        # Most runs need no trimming: canonical() only for those that might (hot path).
-        trim = run[-1] in _TRAILING or run[0] in _LEADING or run[-1] == "/" or run[:2] == "./"
-        value = canonical(run) if trim else run
+        value = _trimmed(run)
         if len(value) >= 3:
             yield value
 
 
-def find_identifiers(
-    text: str, shapes: Scan, known: dict[str, bool] | None = None
-) -> Iterator[str]:
-    """The identifiers of `text`: candidates that one of the policy's shapes matches whole.
+def find_identifiers(text: str, shapes: Scan, known: dict[str, bool] | None = None) -> list[str]:
+    """The identifiers of `text`, in order: candidates that one of the policy's shapes
+    matches whole.
 
     `known` remembers each candidate's verdict across calls (one transcript repeats the same
     dates, codes and ids many times over)."""
-    whole = shapes.whole
-    for value in candidates(text):
-        if len(value) > MAX_LENGTH:
+    # A run of ASCII text is made of ASCII run characters only, which both engines read alike.
+    ascii = text.isascii()
+    whole = shapes.whole_run if ascii else shapes.whole
+    if known is None:
+        known = {}
+    found: list[str] = []
+    for run in (_ASCII_RUN if ascii else _RUN).findall(" " + text):
+        # `_trimmed`, inline (the hot path: most runs need no trimming).
+        if run[-1] in _TRAILING or run[0] in _LEADING or run[-1] == "/" or run[:2] == "./":
+            value = canonical(run)
+        else:
+            value = run
+        if not 3 <= len(value) <= MAX_LENGTH:
             continue
-        verdict = known.get(value) if known is not None else None
+        verdict = known.get(value)
         if verdict is None:
-            verdict = whole(value)
-            if known is not None:
-                known[value] = verdict
+            verdict = known[value] = whole(value)
         if verdict:
-            yield value
+            found.append(value)
+    return found
 
 
 def is_path(value: str) -> bool:

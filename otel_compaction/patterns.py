@@ -32,7 +32,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Literal, Protocol
 
 import re2
@@ -230,17 +230,86 @@ def _without_lookarounds(pattern: str) -> str | None:
     return "".join(out) if removed else None
 
 
+def _leading_lookarounds(pattern: str) -> tuple[str, list[tuple[str, bool]]] | None:
+    """`pattern` as a body and the lookaheads that open it, each with whether it is positive:
+    a whole-text match of ``(?=A)(?!B)C`` is a whole-text match of ``C`` where ``A`` matches
+    at the start and ``B`` does not. None when the pattern has any other shape (a flag other
+    than ``i`` or ``s``, an alternative beside the lookaheads, a lookaround elsewhere)."""
+    flags_match = _GLOBAL_FLAGS.match(pattern)
+    flags = flags_match.group(1) if flags_match else ""
+    if set(flags) - set("is"):
+        return None
+    tokens = list(_tokens(pattern[flags_match.end() :] if flags_match else pattern))
+    heads: list[tuple[str, bool]] = []
+    i = 0
+    while i + 2 < len(tokens) and not tokens[i][1] and tokens[i][0] == "(":
+        opener = tokens[i + 1][0] + tokens[i + 2][0]
+        if opener not in ("?=", "?!"):
+            break
+        depth, j = 0, i
+        while j < len(tokens):
+            token, in_class = tokens[j]
+            j += 1
+            if not in_class:
+                depth += (token == "(") - (token == ")")
+                if depth == 0:
+                    break
+        if depth != 0:
+            return None
+        heads.append(("".join(t for t, _ in tokens[i + 3 : j - 1]), opener == "?="))
+        i = j
+    body = tokens[i:]
+    depth = 0
+    for k, (token, in_class) in enumerate(body):
+        if in_class:
+            continue
+        if token == "|" and depth == 0:
+            return None
+        if token == "(" and "".join(t for t, _ in body[k + 1 : k + 4]).startswith(
+            ("?=", "?!", "?<=", "?<!")
+        ):
+            return None
+        depth += (token == "(") - (token == ")")
+    if not heads:
+        return None
+
+    def scoped(part: str) -> str:
+        return f"(?{flags}:{part})" if flags else part
+
+    return scoped("".join(t for t, _ in body)), [(scoped(h), positive) for h, positive in heads]
+
+
+def _matcher(patterns: list[str], make: Callable[[Any], Any]) -> Callable[[bytes], Any] | None:
+    """The match function of an RE2 set of `patterns` (None without patterns): the indices of
+    those matching a UTF-8 text, or None. The set's own method, without the wrapper's
+    encoding step (the hot path of every identifier)."""
+    if not patterns:
+        return None
+    built = make(_re2_options())
+    for pattern in patterns:
+        built.Add(pattern)
+    built.Compile()
+    inner = getattr(built, "_set", built)
+    match: Callable[[bytes], Any] = inner.Match
+    return match
+
+
 class _Sets:
     """One pattern list as RE2 sets, for yes-or-no questions on text RE2 reads as Python's
     `re` does. A search asks the patterns RE2 expresses exactly, then (when none matched) the
-    bounded scan of the others. A whole-text match also asks a superset of each of the others
+    bounded scan of the others. A whole-text match asks, in one pass, the patterns RE2
+    expresses exactly, the bodies of those that only open with lookaheads (whose lookaheads
+    a second set then asks at the start of the text), and a superset of each of the others
     (its lookarounds removed): only a superset's hit sends the text to the bounded scan, so a
     value no shape can match costs one pass of RE2."""
 
-    __slots__ = ("dollar", "exact", "rest", "search", "unfiltered", "whole")
+    __slots__ = (
+        "dollar", "exact", "heads", "opened", "rest", "search", "starts", "unfiltered", "whole",
+    )  # fmt: skip
 
     def __init__(self, patterns: Sequence[str]) -> None:
         exact: list[str] = []
+        opened: list[tuple[str, list[tuple[str, bool]]]] = []
         filters: list[str] = []
         self.dollar = False
         self.rest = False
@@ -254,6 +323,11 @@ class _Sets:
                 self.dollar = self.dollar or source[1]
                 continue
             self.rest = True
+            split = _split_exact(pattern)
+            if split is not None:
+                opened.append(split[0])
+                self.dollar = self.dollar or split[1]
+                continue
             superset = _without_lookarounds(pattern)
             found = _re2_exact(superset) if superset is not None else None
             if found is None:
@@ -262,8 +336,18 @@ class _Sets:
                 filters.append(found[0])
                 self.dollar = self.dollar or found[1]
         self.exact = len(exact)
-        self.search = _set(re2.Set.SearchSet(_re2_options()), exact)
-        self.whole = _set(re2.Set.FullMatchSet(_re2_options()), exact + filters)
+        self.opened = len(exact) + len(opened)
+        """Whole-set indices below this are exact or lookahead-opened; the rest supersets."""
+        heads = [head for _, parts in opened for head, _ in parts]
+        self.heads: list[list[tuple[int, bool]]] = []
+        """For each lookahead-opened pattern, its lookaheads' indices in `starts`."""
+        at = 0
+        for _, parts in opened:
+            self.heads.append([(at + k, positive) for k, (_, positive) in enumerate(parts)])
+            at += len(parts)
+        self.search = _matcher(exact, re2.Set.SearchSet)
+        self.whole = _matcher(exact + [body for body, _ in opened] + filters, re2.Set.FullMatchSet)
+        self.starts = _matcher(heads, re2.Set.MatchSet)
 
     def reads(self, text: str) -> bool:
         """True when RE2 reads `text` as Python's `re` does, for these patterns."""
@@ -271,26 +355,44 @@ class _Sets:
 
     def found(self, text: str) -> bool | None:
         """Whether a pattern is found in `text`; None when only the bounded scan can tell."""
-        if self.search is not None and self.search.Match(text):
+        if self.search is not None and self.search(text.encode()):
             return True
         return None if self.rest else False
 
     def matches(self, text: str) -> bool | None:
         """Whether a pattern matches all of `text`; None when only the bounded scan can tell."""
-        hits = self.whole.Match(text) if self.whole is not None else None
-        if hits:
-            return True if min(hits) < self.exact else None
-        return None if self.unfiltered else False
-
-
-def _set(empty: Any, patterns: list[str]) -> Any:
-    """`empty` (an RE2 set) with `patterns` added and compiled; None without patterns."""
-    if not patterns:
+        encoded = text.encode()
+        hits = self.whole(encoded) if self.whole is not None else None
+        if not hits:
+            return None if self.unfiltered else False
+        if min(hits) < self.exact:
+            return True
+        opened = [h - self.exact for h in hits if h < self.opened]
+        if opened and self.starts is not None:
+            starts = set(self.starts(encoded) or ())
+            heads = self.heads
+            if any(all((k in starts) is p for k, p in heads[o]) for o in opened):
+                return True
+        if len(opened) == len(hits) and not self.unfiltered:
+            return False  # only lookahead-opened patterns, and none held
         return None
-    for pattern in patterns:
-        empty.Add(pattern)
-    empty.Compile()
-    return empty
+
+
+def _split_exact(pattern: str) -> tuple[tuple[str, list[tuple[str, bool]]], bool] | None:
+    """`_leading_lookarounds` of `pattern` in RE2's spelling, when RE2 compiles every part;
+    with whether a part holds a ``$`` (see `_re2_ends`)."""
+    split = _leading_lookarounds(pattern)
+    if split is None:
+        return None
+    body, heads = split
+    parts = [_re2_exact(part) for part in (body, *(head for head, _ in heads))]
+    if any(part is None for part in parts):
+        return None
+    exact = [part for part in parts if part is not None]
+    spelled = [
+        (source, positive) for (source, _), (_, positive) in zip(exact[1:], heads, strict=True)
+    ]
+    return (exact[0][0], spelled), any(dollar for _, dollar in exact)
 
 
 class Scan:
@@ -388,6 +490,16 @@ class Scan:
                 return answer
             return self._bounded_call("fullmatch", text, self._rest) is not None
         return self._bounded_call("fullmatch", text) is not None
+
+    def whole_run(self, text: str) -> bool:
+        """`whole` for a text of ASCII letters, digits and ``_.+@/~#-`` only (an identifier
+        candidate of ASCII text), which RE2 always reads as Python's `re` does."""
+        if self.disabled:
+            return False
+        answer = self._sets.matches(text)
+        if answer is not None:
+            return answer
+        return self._bounded_call("fullmatch", text, self._rest) is not None
 
     def _bounded_call(self, method: str, text: str, compiled: Any = None) -> Match | None:
         if self.disabled:

@@ -295,6 +295,15 @@ class Policy(_Model):
         """Identifier shapes as one regex."""
         return compile_patterns(self.patterns.identifiers.patterns)
 
+    @cached_property
+    def severities(self) -> tuple[dict[str, Severity], dict[str, Severity]]:
+        """Every rule's severity as `severity` gives it, for a span kept in place and for an
+        archived one (the policy is frozen, and every analysis asks). Read, do not change."""
+        kept, archived = (
+            {name: self.severity(name, addressable=a) for name in RULE_NAMES} for a in (False, True)
+        )
+        return kept, archived
+
     def severity(self, rule: str, *, addressable: bool = False) -> Severity:
         """The severity of `rule`, relaxed from block to carry when the span is archived."""
         value: Severity = self.rules.of(rule)

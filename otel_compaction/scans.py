@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, cast
 from otel_compaction.identifiers import candidates, find_identifiers, is_path
 from otel_compaction.patterns import Scan
 from otel_compaction.policy import Policy
-from otel_compaction.rules.base import Severity
-from otel_compaction.rules.registry import RULE_NAMES
 from otel_compaction.transcript import Entry, ToolCall, ToolResult, Transcript
 
 if TYPE_CHECKING:
@@ -108,7 +106,7 @@ class MessageScans:
     """
 
     __slots__ = (
-        "_folds", "_identifiers", "_known", "_outcomes", "_promises", "_roles", "_severities",
+        "_folds", "_identifiers", "_known", "_outcomes", "_promises", "_roles",
         "_subjects", "_turns", "_turns_upto", "policy",
     )  # fmt: skip
 
@@ -124,17 +122,6 @@ class MessageScans:
         self._known: dict[str, bool] = {}
         self._roles: dict[str, str] = {}
         self._folds: dict[str, Any] = {}
-        self._severities: dict[bool, dict[str, Severity]] = {}
-
-    def severities(self, addressable: bool = False) -> dict[str, Severity]:
-        """Every rule's severity under the policy (relaxed for an archived span), once: the
-        policy is frozen, and every span evaluation asks."""
-        found = self._severities.get(addressable)
-        if found is None:
-            found = self._severities[addressable] = {
-                name: self.policy.severity(name, addressable=addressable) for name in RULE_NAMES
-            }
-        return found
 
     def outcomes(self, results: Sequence[ToolResult]) -> list[Outcome]:
         """The outcome of every result, in order."""

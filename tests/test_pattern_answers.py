@@ -6,13 +6,14 @@ bounded scan alone (non-ASCII text, backreferences, verbose patterns)."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from conftest import Transcript as Record
 
 from otel_compaction import Policy
 from otel_compaction.identifiers import candidates
-from otel_compaction.patterns import Scan, _without_lookarounds
+from otel_compaction.patterns import Scan, _leading_lookarounds, _without_lookarounds
 
 LISTS = {
     "identifier shapes": list(Policy.load("default").patterns.identifiers.patterns),
@@ -21,6 +22,13 @@ LISTS = {
     "backreference": [r"(a|b)\1", r"\bnot found\b"],
     "verbose": ["(?x) \\bI \\s will  # a promise\n \\s check", r"(?i)^\s*null\s*$"],
     "ends": [r"^\s*null\s*$", r"done\Z", r"(?i)^ok$"],
+    "opening lookaheads": [
+        r"(?=[a-z0-9]*\d)(?![0-9]+$)[a-z0-9]{3,8}",
+        r"(?i)(?=.*ab)(?=x|\d)[\w.]+",
+        r"(?s)(?!.*\n\n)(?=.*d).{2,}",
+        r"(?=a)ab|b(?=a)",  # an alternative beside the lookahead: not split
+        r"(?=[^@]*@)\S+@\S+$",
+    ],
 }
 ALPHABET = "abxyAZ09_-./@ \n\tidnotfoundé\x1c"
 
@@ -66,3 +74,44 @@ def test_identifier_verdicts_on_the_corpus(corpus: list[Record]) -> None:
 )
 def test_a_superset_removes_only_lookarounds(pattern: str, superset: str | None) -> None:
     assert _without_lookarounds(pattern) == superset
+
+
+@pytest.mark.parametrize(
+    ("pattern", "split"),
+    [
+        (r"(?=\w*\d)(?!\d+$)\w{4,}", (r"\w{4,}", [(r"\w*\d", True), (r"\d+$", False)])),
+        (r"(?i)(?=x)ab", ("(?i:ab)", [("(?i:x)", True)])),
+        (r"(?=a)ab|b", None),  # the lookahead opens one alternative only
+        (r"a(?=b)b", None),  # not at the start
+        (r"(?=a)a(?<!b)", None),  # another lookaround in the body
+        (r"(?x)(?=a) a", None),  # verbose layout
+        (r"\w+", None),  # nothing to split
+    ],
+)
+def test_opening_lookaheads_split_from_the_body(
+    pattern: str, split: tuple[str, list[tuple[str, bool]]] | None
+) -> None:
+    assert _leading_lookarounds(pattern) == split
+
+
+def test_default_identifier_shapes_need_no_backtracking_for_a_plain_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shapes that only open with lookaheads (letters and digits mixed) are answered by
+    RE2 alone: a number or a word that fits their body but not their lookaheads is told apart
+    without the bounded scan."""
+    scan = Policy.load("default").identifier_regex
+    assert scan is not None
+    bounded: list[str] = []
+    original = Scan._bounded_call
+
+    def spy(self: Scan, method: str, text: str, compiled: Any = None) -> Any:
+        bounded.append(text)
+        return original(self, method, text, compiled)
+
+    monkeypatch.setattr(Scan, "_bounded_call", spy)
+    values = ("1234567", "deadbeef", "ZFA04Y", "ABCDEFG", "abc1234")
+    assert {v: scan.whole(v) for v in values} == {
+        "1234567": False, "deadbeef": False, "ZFA04Y": True, "ABCDEFG": False, "abc1234": True,
+    }  # fmt: skip
+    assert bounded == []

@@ -86,6 +86,13 @@ class Tracked:
     subjects: tuple[str, ...] = ()
     """What it is about (argument values, the promised action's words), for verification."""
 
+    def resolved_as(self, resolved: int | None, status: str) -> Tracked:
+        """A copy resolved at message `resolved` with `status` (`dataclasses.replace`, without
+        its introspection: the rules resolve every call this way)."""
+        return Tracked(
+            self.rule, self.kind, self.id, self.name, self.opened, resolved, status, self.subjects
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ObligationRef:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from otel_compaction.patterns import sentences
@@ -114,9 +113,7 @@ class _Promises:
                 )  # fmt: skip
             if entry.calls and self.open:
                 for position in self.open:
-                    tracked[position] = replace(
-                        tracked[position], resolved=entry.index, status="kept"
-                    )
+                    tracked[position] = tracked[position].resolved_as(entry.index, "kept")
                 self.open.clear()
         self.upto = len(analysis.transcript)
 

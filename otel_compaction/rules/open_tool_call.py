@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from otel_compaction.rules.base import OPEN, Finding, Rule, SpanView, Tracked, unclosed
@@ -42,7 +41,7 @@ class _Calls:
             if result.call is not None:
                 status = "error" if outcomes[result.ordinal] == "failure" else "result"
                 before = tracked[result.call]
-                tracked[result.call] = replace(before, resolved=result.message_index, status=status)
+                tracked[result.call] = before.resolved_as(result.message_index, status)
                 self.resolved[result.call] = result.message_index
                 self.changed.append(result.call)
                 self.unanswered.pop(result.call, None)
@@ -57,7 +56,7 @@ def scan(analysis: Analysis) -> list[Tracked]:
     out = fold.tracked.copy()
     for ordinal in analysis.abandoned:
         if out[ordinal].resolved is None:
-            out[ordinal] = replace(out[ordinal], resolved=out[ordinal].opened, status="abandoned")
+            out[ordinal] = out[ordinal].resolved_as(out[ordinal].opened, "abandoned")
     return out
 
 
