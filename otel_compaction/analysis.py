@@ -251,6 +251,13 @@ class Analysis:
             )
         return found
 
+    def subjects(self, tracked: Tracked) -> tuple[str, ...]:
+        """What `tracked` is about: a tool call's argument values (read from the call when
+        first asked: most calls are never named in a decision), else its own subjects."""
+        if tracked.call < 0:
+            return tracked.subjects
+        return self.scans.subjects(self.transcript.calls[tracked.call])
+
     def span_memo(self, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
         """`compute()` once per analysis and `key` (what a span query costs is paid once
         when the gate asks it again: a check, then the must-carry of the same span)."""

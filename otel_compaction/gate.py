@@ -588,7 +588,7 @@ def must_carry(
         n for n in analysis.negatives_in(start, end) if n.message_index in negative_at
     )
     pending = [
-        ObligationRef(o.kind, o.id, o.opened, o.name, o.subjects)
+        ObligationRef(o.kind, o.id, o.opened, o.name, analysis.subjects(o))
         for o in analysis.pending_at(0, end)
     ]
     pending += [f.obligation for f in carried if f.rule == "stale_obligation" and f.obligation]

@@ -84,14 +84,18 @@ class Tracked:
     resolved: int | None
     status: str = "open"
     subjects: tuple[str, ...] = ()
-    """What it is about (argument values, the promised action's words), for verification."""
+    """What it is about (argument values, the promised action's words), for verification;
+    a tool call's are read from its arguments when asked (`Analysis.subjects`)."""
+    call: int = field(default=-1, compare=False)
+    """The ordinal of the tool call it is, or -1."""
 
     def resolved_as(self, resolved: int | None, status: str) -> Tracked:
         """A copy resolved at message `resolved` with `status` (`dataclasses.replace`, without
         its introspection: the rules resolve every call this way)."""
         return Tracked(
-            self.rule, self.kind, self.id, self.name, self.opened, resolved, status, self.subjects
-        )
+            self.rule, self.kind, self.id, self.name, self.opened, resolved, status,
+            self.subjects, self.call,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

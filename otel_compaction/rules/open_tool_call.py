@@ -31,7 +31,7 @@ class _Calls:
             tracked.append(
                 Tracked(
                     "open_tool_call", "tool_call", call.id, call.name, call.message_index,
-                    None, "open", analysis.scans.subjects(call),
+                    None, "open", (), call.ordinal,
                 )
             )  # fmt: skip
             self.opened.append(call.message_index)

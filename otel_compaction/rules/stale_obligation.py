@@ -22,7 +22,7 @@ def check(view: SpanView) -> list[Finding]:
         if reason is None:
             continue
         ref = ObligationRef(
-            tracked.kind, tracked.id, tracked.opened, tracked.name, tracked.subjects
+            tracked.kind, tracked.id, tracked.opened, tracked.name, analysis.subjects(tracked)
         )
         detail = f"{ref.describe()} is stale: {reason}"
         out.append(Finding("stale_obligation", tracked.opened, detail, obligation=ref))
