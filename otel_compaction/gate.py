@@ -260,7 +260,7 @@ class CompactionGate:
                 that a transcript which only grew costs its new messages (see
                 `otel_compaction.incremental`); as many conversations as the ledger keeps.
         """
-        self.policy = policy if isinstance(policy, Policy) else Policy.load(policy)
+        self.policy = (policy if isinstance(policy, Policy) else Policy.load(policy)).compile()
         self.ledger = ledger
         self.cache: AnalysisCache | None = None
         """The per-conversation incremental state (None when not `incremental`)."""

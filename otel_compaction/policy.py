@@ -12,7 +12,7 @@ import threading
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
@@ -23,6 +23,14 @@ from otel_compaction.rules.base import Severity
 from otel_compaction.rules.registry import BUILTIN_POLICIES, RULE_NAMES, RULES, severities_of
 
 __all__ = ["BUILTIN_POLICIES", "RULE_NAMES", "Policy", "Severity", "builtin_policy_dir"]
+
+
+_SCANS: Final = (
+    "null_regex", "error_regex", "negative_regex", "rejection_regex", "commitment_regex",
+    "commitment_conditional_regex", "background_id_regex", "background_done_regex",
+    "transaction_begin_regex", "transaction_end_regex", "identifier_regex",
+)  # fmt: skip
+"""The policy's compiled pattern lists, by property name."""
 
 
 class _Model(BaseModel):
@@ -294,6 +302,13 @@ class Policy(_Model):
     def identifier_regex(self) -> Scan | None:
         """Identifier shapes as one regex."""
         return compile_patterns(self.patterns.identifiers.patterns)
+
+    def compile(self) -> Policy:
+        """Compile every pattern list now rather than at its first use (a gate does this when
+        it is built, so that its first decision does not pay for it); returns the policy."""
+        for name in _SCANS:
+            getattr(self, name)
+        return self
 
     @cached_property
     def severities(self) -> tuple[dict[str, Severity], dict[str, Severity]]:

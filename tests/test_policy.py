@@ -18,7 +18,7 @@ from otel_compaction import (
     PolicyError,
 )
 from otel_compaction.identifiers import find_identifiers
-from otel_compaction.policy import BUILTIN_POLICIES, RULE_NAMES, builtin_policy_dir
+from otel_compaction.policy import _SCANS, BUILTIN_POLICIES, RULE_NAMES, builtin_policy_dir
 
 OBLIGATION_RULES = (
     "open_tool_call",
@@ -363,3 +363,14 @@ def test_verbose_patterns_with_comments_and_capture_groups_work(tmp_path: Path) 
     held = gate.evaluate(messages, 0, 2, raise_on_refuse=False)
     assert [(o.kind, o.name) for o in held.obligations] == [("commitment", "I will check")]
     assert gate.evaluate(messages, 0, 1).must_carry.identifiers == ("ord_12345",)
+
+
+def test_a_gate_compiles_its_policy_s_patterns_when_it_is_built() -> None:
+    """Every pattern list of the policy is compiled by the time the gate exists: its first
+    decision reads only what it was asked."""
+    policy = Policy.load("default")
+    assert not any(name in policy.__dict__ for name in _SCANS)
+    CompactionGate(policy)
+    assert all(name in policy.__dict__ for name in _SCANS)
+    properties = {n for n, v in vars(Policy).items() if n.endswith("_regex")}
+    assert properties == set(_SCANS)  # none is left out of `compile`
