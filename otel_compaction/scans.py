@@ -106,7 +106,7 @@ class MessageScans:
     """
 
     __slots__ = (
-        "_folds", "_known", "_outcomes", "_promises", "_roles",
+        "_folds", "_identifiers", "_known", "_outcomes", "_promises", "_roles",
         "_subjects", "_turns", "_turns_upto", "policy",
     )  # fmt: skip
 
@@ -118,6 +118,7 @@ class MessageScans:
         self._subjects: dict[int, tuple[str, ...]] = {}
         self._promises: dict[int, list[tuple[str, str]]] = {}
         # Each identifier candidate's verdict (one conversation repeats the same values).
+        self._identifiers: dict[int, tuple[tuple[str, bool], ...]] = {}
         self._known: dict[str, bool] = {}
         self._roles: dict[str, str] = {}
         self._folds: dict[str, Any] = {}
@@ -154,29 +155,11 @@ class MessageScans:
     def identifiers(self, transcript: Transcript, entry: Entry) -> tuple[tuple[str, bool], ...]:
         """The identifiers of a message, each once, in no particular order, with whether the
         message refers to it (assistant and user text, call arguments) or introduces it (a
-        tool result, the system prompt): a value it does both with is introduced. Each
-        message is read once, by the conversation's identifier table, so nothing is kept."""
-        shapes = self.policy.identifier_regex
-        if shapes is None:
-            return ()
-        known = self._known
-        if not known:
-            # A stopword's verdict is no, whatever the shapes say.
-            known.update(dict.fromkeys(self.policy.identifier_stopwords, False))
-        referring: list[str] = []
-        introducing: list[str] = []
-        if entry.text:
-            found = find_identifiers(entry.text, shapes, known)
-            (introducing if entry.role in ("system", "developer") else referring).extend(found)
-        for c in entry.calls:
-            if text := transcript.calls[c].arguments:
-                referring += find_identifiers(text, shapes, known)
-        for r in entry.results:
-            if text := transcript.results[r].text:
-                introducing += find_identifiers(text, shapes, known)
-        values = dict.fromkeys(referring, True)
-        values.update(dict.fromkeys(introducing, False))
-        return tuple(values.items())
+        tool result, the system prompt): a value it does both with is introduced."""
+        found = self._identifiers.get(entry.index)
+        if found is None:
+            found = self._identifiers[entry.index] = self._find_identifiers(transcript, entry)
+        return found
 
     def promises(self, entry: Entry) -> list[tuple[str, str]]:
         """The (phrase, sentence) promises of an assistant message's text."""
@@ -225,6 +208,31 @@ class MessageScans:
         return role
 
     # -- the scans ---------------------------------------------------------------------------
+
+    def _find_identifiers(
+        self, transcript: Transcript, entry: Entry
+    ) -> tuple[tuple[str, bool], ...]:
+        shapes = self.policy.identifier_regex
+        if shapes is None:
+            return ()
+        known = self._known
+        if not known:
+            # A stopword's verdict is no, whatever the shapes say.
+            known.update(dict.fromkeys(self.policy.identifier_stopwords, False))
+        referring: list[str] = []
+        introducing: list[str] = []
+        if entry.text:
+            found = find_identifiers(entry.text, shapes, known)
+            (introducing if entry.role in ("system", "developer") else referring).extend(found)
+        for c in entry.calls:
+            if text := transcript.calls[c].arguments:
+                referring += find_identifiers(text, shapes, known)
+        for r in entry.results:
+            if text := transcript.results[r].text:
+                introducing += find_identifiers(text, shapes, known)
+        values = dict.fromkeys(referring, True)
+        values.update(dict.fromkeys(introducing, False))
+        return tuple(values.items())
 
     def _outcome(self, result: ToolResult) -> Outcome:
         policy = self.policy
