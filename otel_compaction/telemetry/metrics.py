@@ -107,7 +107,8 @@ class CompactionMetrics:
 
     def _resolved(self, record: Obligation) -> None:
         status = record.status
-        if status is None:
+        resolved_at = record.resolved_at_ns
+        if status is None or resolved_at is None:
             return
         attributes: dict[str, str] = {
             semconv.OBLIGATION_KIND: record.kind,
@@ -119,7 +120,7 @@ class CompactionMetrics:
             attributes[semconv.ERROR_TYPE] = record.error_type
         elif status == "error":
             attributes[semconv.ERROR_TYPE] = semconv.ERROR_TYPE_OTHER
-        self.obligation_age.record(record.age_seconds, attributes)
+        self.obligation_age.record((resolved_at - record.opened_at_ns) / 1e9, attributes)
 
     def _overflowed(self, record: Obligation) -> None:
         self.ledger_overflow.add(1, {semconv.OBLIGATION_KIND: record.kind})
