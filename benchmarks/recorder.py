@@ -9,8 +9,10 @@ instrumentation and not an exporter). The recorder is also timed as `configure()
 with the metrics on: one SDK histogram record per call, the ``compaction.obligation.age`` of
 its resolution (a tool call's age is its duration; the ledger's subscription records it, with
 the obligation's kind and status and the tool's name); the open obligations are observed at
-collection time and cost nothing per call. The yardstick is also timed with the span link, to
-show where the cost goes.
+collection time and cost nothing per call. The yardstick is also timed with the span link,
+and with the link and that histogram record (same attributes, on a meter provider configured
+alike), to show where the cost goes: the latter is the SDK's own price for what the recorder
+emits, and the recorder's own work (ledger, handles, guards) is what it costs beyond it.
 
 Memory per open obligation is measured with tracemalloc: the bytes held while many calls are
 open, divided by their number, for the ledger alone and for the recorder (ledger record,
@@ -29,9 +31,10 @@ import gc
 import sys
 import tracemalloc
 from collections.abc import Callable, Sequence
-from time import perf_counter
+from time import perf_counter, time_ns
 
 from _report import each_round, keep_best, verdict
+from opentelemetry.metrics import Histogram
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -65,15 +68,25 @@ def _tool_attributes(call_id: str, key: str, value: str) -> dict[str, str]:
     }
 
 
-def _bare_spans(provider: TracerProvider, *, link: bool) -> Callable[[Sequence[str]], None]:
-    """Two spans per id with the attributes the recorder puts on its call and result spans."""
+def _bare_spans(
+    provider: TracerProvider, *, link: bool, age: Histogram | None = None
+) -> Callable[[Sequence[str]], None]:
+    """Two spans per id with the attributes the recorder puts on its call and result spans;
+    with `age`, also the one histogram record the recorder's metrics make per call, with the
+    same attributes."""
     tracer = provider.get_tracer("bare-sdk")
     call_name = f"{sc.EXECUTE_TOOL} {TOOL}"
     result_name = f"{sc.TOOL_RESULT_SPAN} {TOOL}"
     internal = SpanKind.INTERNAL
+    age_attributes = {
+        sc.OBLIGATION_KIND: "tool_call",
+        sc.OBLIGATION_STATUS: "result",
+        sc.GEN_AI_TOOL_NAME: TOOL,
+    }
 
     def run(ids: Sequence[str]) -> None:
         for call_id in ids:
+            opened = time_ns()
             call = tracer.start_span(
                 call_name,
                 kind=internal,
@@ -89,6 +102,8 @@ def _bare_spans(provider: TracerProvider, *, link: bool) -> Callable[[Sequence[s
                 links=links,
             )
             call.set_attribute(sc.OBLIGATION_STATUS, "result")
+            if age is not None:
+                age.record((time_ns() - opened) / 1e9, age_attributes)
             result.end()
             call.end()
 
@@ -195,9 +210,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     full, full_meters = _recorder(with_metrics=True)
     spans_only, spans_meters = _recorder(with_metrics=False)
+    bare_meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    bare_age = CompactionMetrics(bare_meters).obligation_age
     stages: dict[str, Callable[[Sequence[str]], None]] = {
         "bare": _bare_spans(TracerProvider(), link=False),
         "bare + link": _bare_spans(TracerProvider(), link=True),
+        "bare + link + histogram": _bare_spans(TracerProvider(), link=True, age=bare_age),
         "recorder": _recorded(spans_only),
         "recorder + metrics": _recorded(full),
     }
@@ -206,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ids = _ids(calls)
         for name, stage in stages.items():
             keep_best(best, name, _time(stage, ids))
-    for provider in (full_meters, spans_meters):
+    for provider in (full_meters, spans_meters, bare_meters):
         provider.shutdown()
     memory = _memory(open_count)
 
@@ -232,6 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     metric_cost = best["recorder + metrics"] - best["recorder"]
     print(f"  the histogram record with metrics on adds {metric_cost * 1e6:.2f} us per call")
+    own = best["recorder + metrics"] - best["bare + link + histogram"]
+    print(
+        f"  beyond what the SDK itself costs for the same spans, link and histogram record: "
+        f"{own * 1e6:.2f} us per call"
+    )
     print()
     print(f"Memory per open obligation (tracemalloc, {open_count:,} open at once)")
     for name, size in memory.items():

@@ -701,14 +701,19 @@ class ToolCallRecorder:
         # The ledger first (its listeners record the call's age, which is its duration), then
         # the spans, each on its own: a failing ledger or result span must not leave the call
         # span open.
-        with internal_errors("resolving a tool call in the ledger"):
-            self.ledger.resolve(handle.conversation_id, handle.id, status, error_type=error_type)
+        self._resolve_in_ledger(handle, status, error_type)
         # An exception's message is content: without capture the spans say only its type.
-        shown = error if self.capture_content else None
-        with internal_errors("recording a tool result span"):
-            self._result_span(handle, status, content, shown, error_type, reason)
+        shown = error if error is not None and self.capture_content else None
+        self._result_span(handle, status, content, shown, error_type, reason)
         self._end_call_span(handle.span, status, shown, error_type, reason)
 
+    @internal_errors("resolving a tool call in the ledger")
+    def _resolve_in_ledger(
+        self, handle: ToolCallHandle, status: ResolutionStatus, error_type: str | None
+    ) -> None:
+        self.ledger.resolve(handle.conversation_id, handle.id, status, error_type=error_type)
+
+    @internal_errors("recording a tool result span")
     def _result_span(
         self,
         handle: ToolCallHandle,

@@ -7,6 +7,14 @@ it happens; the open obligations are observed from the ledgers' own counts. A to
 duration is its obligation age: one histogram point per resolution, carrying the tool's name
 and, for an error, its ``error.type``. Attributes are low-cardinality only: kinds, statuses,
 error types, actions, rules, tool names.
+
+The age is recorded in the context current at the resolution. With the SDK's default
+(trace-based) exemplar filter its exemplar is the span current there when it is sampled: the
+parent of the ``tool_result`` span, in the trace the call resolved in; outside a sampled span
+there is none, and the record costs no exemplar. Recording it in the call span's context
+instead would name the ``execute_tool`` span itself, at the price of a context and an exemplar
+per call (a quarter more than the record itself); the Collector's span metrics already give
+tool durations exemplars on that span.
 """
 
 from __future__ import annotations
@@ -107,7 +115,8 @@ class CompactionMetrics:
 
     def _resolved(self, record: Obligation) -> None:
         status = record.status
-        if status is None:
+        resolved_at = record.resolved_at_ns
+        if status is None or resolved_at is None:
             return
         attributes: dict[str, str] = {
             semconv.OBLIGATION_KIND: record.kind,
@@ -119,7 +128,7 @@ class CompactionMetrics:
             attributes[semconv.ERROR_TYPE] = record.error_type
         elif status == "error":
             attributes[semconv.ERROR_TYPE] = semconv.ERROR_TYPE_OTHER
-        self.obligation_age.record(record.age_seconds, attributes)
+        self.obligation_age.record((resolved_at - record.opened_at_ns) / 1e9, attributes)
 
     def _overflowed(self, record: Obligation) -> None:
         self.ledger_overflow.add(1, {semconv.OBLIGATION_KIND: record.kind})
