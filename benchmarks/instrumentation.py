@@ -25,7 +25,8 @@ With ``--history``, two more parts follow a conversation that grows by a call an
 before every request, from each history size: the instrumentation's own work per request (the
 wrapper of the real SDK method, with the method answering at once, so no HTTP or SDK time
 blurs it; aim: at the largest history within 1.5x of the smallest), and the same growth
-through the real Chat Completions client and the fake server (aim: within 1.1x of plain).
+through the real clients and the fake server, Chat Completions (``openai``) and Messages
+(``anthropic``) (aim: within 1.1x of plain, and an added cost that does not grow).
 ``--own-only`` runs the first of them alone.
 """
 
@@ -212,51 +213,69 @@ def _measure(telemetry: Telemetry, rounds: int, per_batch: int) -> dict[str, flo
     return best
 
 
-def _growing_batch(server: FakeLLMServer, client: Any, base: list[Any], count: int) -> float:
-    """Seconds per request of `count` Chat Completions requests of one conversation that
-    starts from `base` and appends a call and its result before each request."""
-    workload = _Workload(server, "chat", False, False)
-    messages = list(base)
-    start_turn = len(base)
+def _growing_batch(
+    server: FakeLLMServer, client: Any, api: str, system: str, base: list[Any], count: int
+) -> float:
+    """Seconds per request of `count` requests of one conversation (`api`: ``chat`` or
+    ``messages``, with the instruction `system`) that starts from `base` and appends a call
+    and its result before each request."""
+    workload = _Workload(server, api, False, False)
+    messages = [{"role": "system", "content": system}] if api == "chat" else []
+    messages += base
+    start_turn = len(messages)
     workload.script(range(count))
     gc.collect()
     started = perf_counter()
     for n in range(count):
         messages += workload._pair(start_turn + n)
-        client.chat.completions.create(model=MODEL, messages=messages)
+        if api == "chat":
+            client.chat.completions.create(model=MODEL, messages=messages)
+        else:
+            client.messages.create(model=MODEL, max_tokens=256, system=system, messages=messages)
     return (perf_counter() - started) / count
+
+
+GROWING_APIS = {"chat.completions": "chat", "messages": "messages"}
 
 
 def _growing(
     telemetry: Telemetry, sizes: Sequence[int], rounds: int, per_batch: int
-) -> dict[int, tuple[float, float]]:
-    """For each history size, the best seconds per request plain and instrumented."""
+) -> dict[str, dict[int, tuple[float, float]]]:
+    """Per API, for each history size, the best seconds per request plain and instrumented."""
     instrumentor = CompactionInstrumentor()
     best: dict[str, float] = {}
     fake_llm_server._Handler.disable_nagle_algorithm = True
     with FakeLLMServer() as server:
-        client = _client(server, "chat")
+        clients = {api: _client(server, api) for api in GROWING_APIS.values()}
         for number in each_round(rounds):
-            for size in sizes:
-                # A conversation of its own each batch (its first request is parsed whole).
-                opening = f"{SYSTEM} (conversation {number}-{size})"
-                workload = _Workload(server, "chat", False, False)
-                base: list[Any] = [{"role": "system", "content": opening}]
-                base.append({"role": "user", "content": "Roll the config change out."})
-                pair = 0
-                while len(base) < size:
-                    base += workload._pair(10**6 + pair)
-                    pair += 1
-                keep_best(best, f"{size} plain", _growing_batch(server, client, base, per_batch))
-                base[0] = {"role": "system", "content": opening + " instrumented"}
-                instrumentor.instrument(telemetry=telemetry)
-                try:
-                    seconds = _growing_batch(server, client, base, per_batch)
-                finally:
-                    instrumentor.uninstrument()
-                keep_best(best, f"{size} instrumented", seconds)
-        client.close()
-    return {size: (best[f"{size} plain"], best[f"{size} instrumented"]) for size in sizes}
+            for name, api in GROWING_APIS.items():
+                client = clients[api]
+                for size in sizes:
+                    # A conversation of its own each batch (its first request is parsed whole).
+                    opening = f"{SYSTEM} (conversation {number}-{size})"
+                    workload = _Workload(server, api, False, False)
+                    base: list[Any] = [{"role": "user", "content": "Roll the config change out."}]
+                    pair = 0
+                    while len(base) + 1 < size:  # the instruction is the first message
+                        base += workload._pair(10**6 + pair)
+                        pair += 1
+                    plain = _growing_batch(server, client, api, opening, base, per_batch)
+                    keep_best(best, f"{name} {size} plain", plain)
+                    instrumentor.instrument(telemetry=telemetry)
+                    try:
+                        seconds = _growing_batch(
+                            server, client, api, f"{opening} instrumented", base, per_batch
+                        )
+                    finally:
+                        instrumentor.uninstrument()
+                    keep_best(best, f"{name} {size} instrumented", seconds)
+        for client in clients.values():
+            client.close()
+    return {
+        name: {size: (best[f"{name} {size} plain"], best[f"{name} {size} instrumented"])
+               for size in sizes}
+        for name in GROWING_APIS
+    }  # fmt: skip
 
 
 def _answer(api: str) -> Any:
@@ -351,27 +370,28 @@ def _report_own(results: dict[str, dict[int, float]], per_batch: int) -> None:
         print(f"{name:<18}{row}  aim <={GROWTH_AIM:g}x {verdict(ratio <= GROWTH_AIM)}")
 
 
-def _report_growing(results: dict[int, tuple[float, float]], per_batch: int) -> None:
+def _report_growing(results: dict[str, dict[int, tuple[float, float]]], per_batch: int) -> None:
     print(
-        f"\nA growing conversation (Chat Completions): {per_batch} requests from each history "
-        "size, each appending a call and its result"
+        f"\nA growing conversation: {per_batch} requests from each history size, each "
+        "appending a call and its result"
     )
     header = f"{'history':>10}{'plain us':>10}{'instrumented us':>17}{'added us':>10}{'ratio':>8}"
-    print(f"{header}  aim <={RATIO_AIM:g}x")
-    for size, (plain, instrumented) in results.items():
-        ratio = instrumented / plain
-        added = (instrumented - plain) * 1e6
+    for name, by_size in results.items():
+        print(f"{name}\n{header}  aim <={RATIO_AIM:g}x")
+        for size, (plain, instrumented) in by_size.items():
+            ratio = instrumented / plain
+            added = (instrumented - plain) * 1e6
+            print(
+                f"{size:>10,}{plain * 1e6:>10.0f}{instrumented * 1e6:>17.0f}{added:>10.0f}"
+                f"{ratio:>7.3f}x  {verdict(ratio <= RATIO_AIM)}"
+            )
+        sizes = list(by_size)
+        first = by_size[sizes[0]][1] - by_size[sizes[0]][0]
+        last = by_size[sizes[-1]][1] - by_size[sizes[-1]][0]
         print(
-            f"{size:>10,}{plain * 1e6:>10.0f}{instrumented * 1e6:>17.0f}{added:>10.0f}"
-            f"{ratio:>7.3f}x  {verdict(ratio <= RATIO_AIM)}"
+            f"added cost at {sizes[-1]:,} vs {sizes[0]:,} messages: {last * 1e6:.0f} us vs "
+            f"{first * 1e6:.0f} us"
         )
-    sizes = list(results)
-    first = results[sizes[0]][1] - results[sizes[0]][0]
-    last = results[sizes[-1]][1] - results[sizes[-1]][0]
-    print(
-        f"added cost at {sizes[-1]:,} vs {sizes[0]:,} messages: {last * 1e6:.0f} us vs "
-        f"{first * 1e6:.0f} us"
-    )
 
 
 def _report(best: dict[str, float], rounds: int, per_batch: int) -> None:
@@ -427,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     telemetry = configure(
         tracer_provider=tracer_provider, meter_provider=meter_provider, set_global=False
     )
-    growing: dict[int, tuple[float, float]] = {}
+    growing: dict[str, dict[int, tuple[float, float]]] = {}
     own: dict[str, dict[int, float]] = {}
     try:
         if args.own_only:

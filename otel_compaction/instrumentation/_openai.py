@@ -103,17 +103,25 @@ class _ChatStream:
         for choice in getattr(chunk, "choices", None) or ():
             if getattr(choice, "index", 0) != 0:
                 continue
-            delta = getattr(choice, "delta", None)
-            for tool_call in getattr(delta, "tool_calls", None) or ():
-                head, arguments = self.calls.setdefault(tool_call.index, (["", ""], []))
-                head[0] = getattr(tool_call, "id", None) or head[0]
-                function = getattr(tool_call, "function", None)
-                head[1] = getattr(function, "name", None) or head[1]
-                fragment = getattr(function, "arguments", None)
-                if fragment:
-                    arguments.append(fragment)
+            tool_calls = getattr(getattr(choice, "delta", None), "tool_calls", None)
+            if tool_calls:  # most chunks carry text only
+                self._join(tool_calls)
             if getattr(choice, "finish_reason", None):
                 self.finished = True
+
+    def _join(self, tool_calls: Iterable[Any]) -> None:
+        calls = self.calls
+        for tool_call in tool_calls:
+            entry = calls.get(tool_call.index)
+            if entry is None:
+                entry = calls[tool_call.index] = (["", ""], [])
+            head, arguments = entry
+            head[0] = getattr(tool_call, "id", None) or head[0]
+            function = getattr(tool_call, "function", None)
+            head[1] = getattr(function, "name", None) or head[1]
+            fragment = getattr(function, "arguments", None)
+            if fragment:
+                arguments.append(fragment)
 
     def response(self) -> ModelResponse:
         if not self.finished:

@@ -44,7 +44,6 @@ _log = logging.getLogger(__name__)
 
 _MAX_REPAIRS = 16
 _PLACEHOLDER: Mapping[str, Any] = {"role": "assistant", "content": ""}
-_NESTED = ("content", "tool_calls")  # where SDK objects hide inside a dict message
 
 
 @dataclass(slots=True)
@@ -92,23 +91,37 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _plain_parts(parts: Any) -> Any:
+    """A message's content or tool calls with SDK objects as dicts (a tuple as a list); the
+    same object when there is nothing to convert, as for most dict messages."""
+    if parts is None or type(parts) is str:
+        return parts
+    if isinstance(parts, (list, tuple)):
+        for part in parts:
+            if type(part) is not dict:
+                return [plain(p) for p in parts]
+        if isinstance(parts, tuple):
+            return list(parts)
+    return parts
+
+
 def _plain_message(message: Any) -> Any:
     if type(message) is not dict:
         message = plain(message)
         if not isinstance(message, Mapping):
             return message
-    copied: dict[str, Any] | None = None
-    for key in _NESTED:
-        parts = message.get(key)
-        if parts is None or type(parts) is str:
-            continue
-        if isinstance(parts, (list, tuple)) and any(type(p) is not dict for p in parts):
-            copied = dict(message) if copied is None else copied
-            copied[key] = [plain(p) for p in parts]
-        elif isinstance(parts, tuple):
-            copied = dict(message) if copied is None else copied
-            copied[key] = list(parts)
-    return message if copied is None else copied
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    plain_content = _plain_parts(content)
+    plain_calls = _plain_parts(calls)
+    if plain_content is content and plain_calls is calls:
+        return message
+    copied = dict(message)
+    if plain_content is not content:
+        copied["content"] = plain_content
+    if plain_calls is not calls:
+        copied["tool_calls"] = plain_calls
+    return copied
 
 
 def _listed(messages: Any) -> Sequence[Any] | None:
@@ -130,7 +143,9 @@ def _system(instructions: Any) -> Mapping[str, Any] | None:
 
 def _plain_or_placeholder(message: Any) -> Mapping[str, Any]:
     converted = _plain_message(message)
-    return converted if isinstance(converted, Mapping) else dict(_PLACEHOLDER)
+    if type(converted) is dict or isinstance(converted, Mapping):
+        return converted
+    return dict(_PLACEHOLDER)
 
 
 def plain_messages(messages: Any, *, instructions: Any = None) -> list[Mapping[str, Any]] | None:

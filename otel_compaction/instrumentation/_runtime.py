@@ -45,6 +45,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
+from pydantic import BaseModel
 
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.incremental import TranscriptCache
@@ -271,7 +272,11 @@ class _Exchange(Exchange):
 
 
 def _is_raw(result: Any) -> bool:
-    """True for the SDKs' raw HTTP response wrappers (their body is the caller's to read)."""
+    """True for the SDKs' raw HTTP response wrappers (their body is the caller's to read). A
+    response model answers at once: asking a pydantic model for an attribute it lacks raises
+    and catches an error inside pydantic (about 4 us, more than reading its tool calls)."""
+    if isinstance(result, BaseModel):
+        return False
     return hasattr(result, "http_response")
 
 

@@ -22,6 +22,10 @@ from otel_compaction.instrumentation._requests import ModelResponse
 
 __all__ = ["AsyncTracedStream", "Finisher", "StreamObserver", "TracedStream"]
 
+# The guards hold no state, so one of each serves every stream (a chunk costs no allocation).
+_READING = internal_errors("reading a streamed chunk")
+_FINISHING = internal_errors("finishing a stream")
+
 
 class StreamObserver(Protocol):
     """Accumulates a streamed response."""
@@ -59,7 +63,7 @@ class _Tracker:
         observer = self.observer
         if observer is None:
             return
-        with internal_errors("reading a streamed chunk"):  # then the stream is not tracked
+        with _READING:  # a failure: the stream is not tracked from here on
             observer.add(chunk)
             return
         self.observer = None
@@ -68,7 +72,7 @@ class _Tracker:
         if self.done:
             return
         self.done = True
-        with internal_errors("finishing a stream"):
+        with _FINISHING:
             if error is not None:
                 self.finisher.fail(error)
                 return
@@ -77,9 +81,10 @@ class _Tracker:
 
 
 def _chunks(stream: Any, tracker: _Tracker) -> Iterator[Any]:
+    observe = tracker.observe
     try:
         for chunk in stream:
-            tracker.observe(chunk)
+            observe(chunk)
             yield chunk
     except GeneratorExit:  # abandoned by whoever was reading: closed early
         tracker.finish()
@@ -91,9 +96,10 @@ def _chunks(stream: Any, tracker: _Tracker) -> Iterator[Any]:
 
 
 async def _async_chunks(stream: Any, tracker: _Tracker) -> AsyncIterator[Any]:
+    observe = tracker.observe
     try:
         async for chunk in stream:
-            tracker.observe(chunk)
+            observe(chunk)
             yield chunk
     except GeneratorExit:
         tracker.finish()
