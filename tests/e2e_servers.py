@@ -121,14 +121,25 @@ def wait_until(
     describe: Callable[[], str] | None = None,
 ) -> _T:
     """Poll `predicate` until it returns something truthy, and return that; after `timeout`
-    seconds fail with `message` and, when given, what `describe` says."""
+    seconds fail with `message` and, when given, what `describe` says. A poll that times out
+    (a server slow to answer on a loaded machine) counts as "not yet"."""
     deadline = time.monotonic() + timeout
+    slow: OSError | None = None
     while True:
-        result = predicate()
+        try:
+            result = predicate()
+        except (TimeoutError, urllib.error.URLError) as error:
+            if isinstance(error, urllib.error.URLError) and not isinstance(
+                error.reason, TimeoutError
+            ):
+                raise
+            result, slow = None, error
         if result:
             return result
         if time.monotonic() >= deadline:
             detail = f"\n{describe()}" if describe is not None else ""
+            if slow is not None:
+                detail += f"\nlast poll timed out: {slow}"
             raise AssertionError(f"{message} (waited {timeout:g}s){detail}")
         time.sleep(interval)
 

@@ -175,7 +175,7 @@ def test_the_readme_demo_command_reaches_phoenix(phoenix: PhoenixServer, tmp_pat
 
     spans = wait_until(
         refusals_arrived,
-        timeout=30,
+        timeout=60,
         message="Phoenix did not return the demo's three refusals",
         describe=lambda: str(Counter(s["name"] for s in phoenix.spans(DEMO_PROJECT))),
     )
