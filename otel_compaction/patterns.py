@@ -482,18 +482,13 @@ class Scan:
 
     def whole(self, text: str) -> bool:
         """Whether `fullmatch` matches all of `text` (without making the match)."""
-        if self.disabled:
-            return False
         if self._sets.reads(text):
-            answer = self._sets.matches(text)
-            if answer is not None:
-                return answer
-            return self._bounded_call("fullmatch", text, self._rest) is not None
-        return self._bounded_call("fullmatch", text) is not None
+            return self.whole_run(text)
+        return not self.disabled and self._bounded_call("fullmatch", text) is not None
 
     def whole_run(self, text: str) -> bool:
-        """`whole` for a text of ASCII letters, digits and ``_.+@/~#-`` only (an identifier
-        candidate of ASCII text), which RE2 always reads as Python's `re` does."""
+        """`whole` for a text RE2 reads as Python's `re` does, such as one of ASCII letters,
+        digits and ``_.+@/~#-`` only (an identifier candidate of ASCII text)."""
         if self.disabled:
             return False
         answer = self._sets.matches(text)
