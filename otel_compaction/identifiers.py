@@ -11,8 +11,10 @@ carries an owed one (an absolute path is carried by the same path relative to a 
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterator
+from itertools import repeat
 from typing import Final
 
 from otel_compaction.patterns import Scan
@@ -27,16 +29,19 @@ __all__ = [
     "same_identifier",
 ]
 
-# A run is found from the character before it (the text is read with a space put before it):
-# a pattern that opens with a character class lets the engine skip, in its fast loop, every
-# character that cannot stand before a run, so a word costs one attempt rather than one per
-# character. The letters before the first digit, @, / or - are taken possessively and never
-# given back, so an attempt reads its word once and the whole scan stays linear in the text.
-# ASCII text (almost all of it) is read with ASCII classes, which the engine tests faster.
+# A run of ASCII text (almost all of it) is found from its first digit, @, / or -: the engine
+# tests only those characters in its fast loop, and the possessive tail reads the rest of the
+# run once. Splitting the text on these tails leaves between them text that holds no digit,
+# @, / or -, so a run's letters before its first one are the letters that end the piece before
+# it: all of this is done by the engine and by string methods, never a line of Python per run.
+_ASCII_TAIL: Final = re.compile(r"([0-9@/-][A-Za-z0-9_.+@/~#-]*+)")
+_ASCII_HEAD: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.+~#"
+# Other text is read with Unicode classes, each run found from the character before it (the
+# text is read with a space put before it): a pattern that opens with a character class lets
+# the engine skip every character that cannot stand before a run, so a word costs one attempt.
+# The letters before the first digit, @, / or - are taken possessively and never given back, so
+# an attempt reads its word once and the whole scan stays linear in the text.
 _RUN: Final = re.compile(r"[^\w.+@/~#-]((?:[^\W\d]|[.+~#])*+[\d@/-][\w.+@/~#-]*+)")
-_ASCII_RUN: Final = re.compile(
-    r"[^A-Za-z0-9_.+@/~#-]([A-Za-z_.+~#]*+[0-9@/-][A-Za-z0-9_.+@/~#-]*+)"
-)
 MAX_LENGTH: Final = 256
 """The longest value taken for an identifier: a longer run (an encoded blob, a generated path)
 is nothing a summary restates, and the archive handle covers it."""
@@ -58,7 +63,15 @@ def canonical(value: str) -> str:
 def runs(text: str) -> list[str]:
     """Every maximal run of ``[\\w.+@/~#-]`` in `text` that holds a digit, an ``@``, a ``/`` or
     a ``-``, in order, as written."""
-    return (_ASCII_RUN if text.isascii() else _RUN).findall(" " + text)
+    if not text.isascii():
+        return _RUN.findall(" " + text)
+    pieces = _ASCII_TAIL.split(text)
+    tails = pieces[1::2]
+    if not tails:
+        return tails
+    before = pieces[0:-1:2]
+    heads = map(str.removeprefix, before, map(str.rstrip, before, repeat(_ASCII_HEAD)))
+    return list(map(operator.add, heads, tails))
 
 
 def _trimmed(run: str) -> str:
@@ -76,32 +89,39 @@ def candidates(text: str) -> Iterator[str]:
             yield value
 
 
-def find_identifiers(text: str, shapes: Scan, known: dict[str, bool] | None = None) -> list[str]:
+def find_identifiers(
+    text: str,
+    shapes: Scan,
+    known: dict[str, str] | None = None,
+    stopwords: frozenset[str] = frozenset(),
+) -> list[str]:
     """The identifiers of `text`, in order: candidates that one of the policy's shapes
-    matches whole.
+    matches whole, `stopwords` aside.
 
-    `known` remembers each candidate's verdict across calls (one transcript repeats the same
-    dates, codes and ids many times over)."""
-    # A run of ASCII text is made of ASCII run characters only, which both engines read alike.
-    ascii = text.isascii()
-    whole = shapes.whole_run if ascii else shapes.whole
+    `known` remembers each run's verdict across calls, as written: its identifier, or ``""``
+    when it is none (one transcript repeats the same dates, codes and ids many times over, so
+    a run seen before costs one lookup). Keep one `known` per `shapes` and `stopwords`."""
     if known is None:
         known = {}
+    get = known.get
     found: list[str] = []
-    for run in (_ASCII_RUN if ascii else _RUN).findall(" " + text):
-        # `_trimmed`, inline (the hot path: most runs need no trimming).
-        if run[-1] in _TRAILING or run[0] in _LEADING or run[-1] == "/" or run[:2] == "./":
-            value = canonical(run)
-        else:
-            value = run
-        if not 3 <= len(value) <= MAX_LENGTH:
-            continue
-        verdict = known.get(value)
-        if verdict is None:
-            verdict = known[value] = whole(value)
-        if verdict:
+    for run in runs(text):
+        value = get(run)
+        if value is None:
+            value = known[run] = _judge(run, shapes, stopwords)
+        if value:
             found.append(value)
     return found
+
+
+def _judge(run: str, shapes: Scan, stopwords: frozenset[str]) -> str:
+    """The identifier `run` is, or ``""``."""
+    value = _trimmed(run)
+    if not 3 <= len(value) <= MAX_LENGTH or value in stopwords:
+        return ""
+    # A run of ASCII text is made of ASCII run characters only, which both engines read alike.
+    whole = shapes.whole_run if value.isascii() else shapes.whole
+    return value if whole(value) else ""
 
 
 def is_path(value: str) -> bool:

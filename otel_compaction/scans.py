@@ -117,9 +117,9 @@ class MessageScans:
         self._turns_upto = 0
         self._subjects: dict[int, tuple[str, ...]] = {}
         self._promises: dict[int, list[tuple[str, str]]] = {}
-        # Each identifier candidate's verdict (one conversation repeats the same values).
         self._identifiers: dict[int, tuple[tuple[str, bool], ...]] = {}
-        self._known: dict[str, bool] = {}
+        # Each identifier run's verdict, as written (one conversation repeats the same values).
+        self._known: dict[str, str] = {}
         self._roles: dict[str, str] = {}
         self._folds: dict[str, Any] = {}
 
@@ -215,21 +215,18 @@ class MessageScans:
         shapes = self.policy.identifier_regex
         if shapes is None:
             return ()
-        known = self._known
-        if not known:
-            # A stopword's verdict is no, whatever the shapes say.
-            known.update(dict.fromkeys(self.policy.identifier_stopwords, False))
+        known, stopwords = self._known, self.policy.identifier_stopwords
         referring: list[str] = []
         introducing: list[str] = []
         if entry.text:
-            found = find_identifiers(entry.text, shapes, known)
+            found = find_identifiers(entry.text, shapes, known, stopwords)
             (introducing if entry.role in ("system", "developer") else referring).extend(found)
         for c in entry.calls:
             if text := transcript.calls[c].arguments:
-                referring += find_identifiers(text, shapes, known)
+                referring += find_identifiers(text, shapes, known, stopwords)
         for r in entry.results:
             if text := transcript.results[r].text:
-                introducing += find_identifiers(text, shapes, known)
+                introducing += find_identifiers(text, shapes, known, stopwords)
         values = dict.fromkeys(referring, True)
         values.update(dict.fromkeys(introducing, False))
         return tuple(values.items())
