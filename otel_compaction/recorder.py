@@ -674,18 +674,16 @@ class ToolCallRecorder:
         """Record the terminal resolution of `handle`, unless it already has one (the first
         wins). `claimed`: `resolve` already claimed it and took it out of the index."""
         if not claimed:
-            key = handle._key
-            lock = self._lock
-            lock.acquire()
+            self._lock.acquire()
             try:
                 if handle._done:
                     return
                 handle._done = True
-                waiting = self._open.get(key)
+                waiting = self._open.get(handle._key)
                 if waiting is not None:
                     if len(waiting) == 1:
                         if waiting[0] is handle:
-                            del self._open[key]
+                            del self._open[handle._key]
                     elif waiting[0] is handle:
                         del waiting[0]
                     elif handle in waiting:
@@ -693,7 +691,7 @@ class ToolCallRecorder:
                 if handle.layers:
                     self._unindex(handle)
             finally:
-                lock.release()
+                self._lock.release()
         error_type = _error_type(error) if status == "error" else None
         # The ledger first (its listeners record the call's age, which is its duration), then
         # the spans, each on its own: a failing ledger or result span must not leave the call
@@ -708,7 +706,10 @@ class ToolCallRecorder:
         except Exception as fault:
             _RESOLVING.failed(fault)
         # An exception's message is content: without capture the spans say only its type.
-        shown = error if error is not None and self.capture_content else None
+        capture = self._capture
+        if capture is None and (content is not None or error is not None):
+            capture = capture_content_enabled()
+        shown = error if error is not None and capture else None
         try:
             # Not ``gen_ai.operation.name``: the call span is the tool execution, and a backend
             # counting executions by that attribute would count each call twice.
@@ -723,7 +724,7 @@ class ToolCallRecorder:
                 attributes[semconv.ERROR_TYPE] = error_type
             if status == "abandoned" and reason:
                 attributes[semconv.ABANDON_REASON] = reason
-            if content is not None and self.capture_content:
+            if content is not None and capture:
                 attributes[semconv.GEN_AI_TOOL_CALL_RESULT] = _content(content)
             link = Link(handle.span.get_span_context(), {semconv.GEN_AI_TOOL_CALL_ID: handle.id})
             result_span = self._tracer.start_span(
