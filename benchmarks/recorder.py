@@ -18,20 +18,31 @@ Memory per open obligation is measured with tracemalloc: the bytes held while ma
 open, divided by their number, for the ledger alone and for the recorder (ledger record,
 handle, open span and the recorder's index).
 
-Every time is the minimum over several rounds, and only ratios between numbers of one run are
+Every time is the process's CPU time (`time.process_time`, so that a neighbour taking the CPU
+does not count), the minimum over several rounds, and only ratios between numbers of one run are
 judged. Aim: a recorded call plus its result within 1.5x of the two bare spans; both the
 recorder alone and the recorder with metrics are judged. The exit status is 0 whatever the
 result: this is a report.
+
+Times on a shared machine swing by half; ``--instructions`` counts instructions instead, which
+repeat to a few parts in ten thousand: each stage runs under valgrind's callgrind twice, with a
+fixed ``PYTHONHASHSEED``, after one warm-up pass, once with one measured pass and once with
+three, and the difference divided by the calls of two passes is the count per call (the start
+of the interpreter and the warm-up cancel out). It needs ``valgrind`` and takes a few minutes.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
+import re
+import shutil
+import subprocess
 import sys
 import tracemalloc
 from collections.abc import Callable, Sequence
-from time import perf_counter, time_ns
+from time import process_time, time_ns
 
 from _report import each_round, keep_best, verdict
 from opentelemetry.metrics import Histogram
@@ -47,6 +58,7 @@ from otel_compaction.telemetry import semconv as sc
 from otel_compaction.telemetry.metrics import CompactionMetrics
 
 RATIO_AIM = 1.5
+_CALLGRIND = ("--tool=callgrind", "--callgrind-out-file=/dev/null")
 CONVERSATION = "conv-bench"
 TOOL = "search"
 RESULT = "2 flights found"
@@ -132,12 +144,99 @@ def _recorded(recorder: ToolCallRecorder) -> Callable[[Sequence[str]], None]:
     return run
 
 
+def _stages() -> tuple[dict[str, Callable[[Sequence[str]], None]], list[MeterProvider]]:
+    """Every stage by name, and the meter providers to shut down after them."""
+    full, full_meters = _recorder(with_metrics=True)
+    spans_only, spans_meters = _recorder(with_metrics=False)
+    bare_meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    bare_age = CompactionMetrics(bare_meters).obligation_age
+    stages: dict[str, Callable[[Sequence[str]], None]] = {
+        "bare": _bare_spans(TracerProvider(), link=False),
+        "bare + link": _bare_spans(TracerProvider(), link=True),
+        "bare + link + histogram": _bare_spans(TracerProvider(), link=True, age=bare_age),
+        "recorder": _recorded(spans_only),
+        "recorder + metrics": _recorded(full),
+    }
+    return stages, [full_meters, spans_meters, bare_meters]
+
+
 def _time(stage: Callable[[Sequence[str]], None], ids: Sequence[str]) -> float:
-    """Seconds per call of one pass of `stage` over `ids`."""
+    """CPU seconds per call of one pass of `stage` over `ids`."""
     gc.collect()
-    start = perf_counter()
+    start = process_time()
     stage(ids)
-    return (perf_counter() - start) / len(ids)
+    return (process_time() - start) / len(ids)
+
+
+def _run_passes(name: str, passes: int, calls: int) -> None:
+    """One warm-up pass of stage `name`, then `passes` passes: what callgrind counts."""
+    stages, _ = _stages()
+    ids = _ids(calls)
+    stages[name](ids)
+    gc.collect()
+    for _ in range(passes):
+        stages[name](ids)
+
+
+def _instructions(names: Sequence[str], calls: int) -> dict[str, float] | None:
+    """Instructions per call of each stage (see the module's docstring); None without
+    valgrind."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    environment = {**os.environ, "PYTHONHASHSEED": "0"}
+    counted: dict[str, float] = {}
+    for name in names:
+        totals = []
+        for passes in (1, 3):
+            print(f"  counting {name}, {passes} pass(es)", file=sys.stderr, flush=True)
+            stage = ["--count", name, "--passes", str(passes), "--calls", str(calls)]
+            completed = subprocess.run(
+                [valgrind, *_CALLGRIND, sys.executable, __file__, *stage],
+                env=environment,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            found = re.search(r"Collected : (\d+)", completed.stderr)
+            if found is None:
+                raise RuntimeError(f"callgrind printed no count for {name}: {completed.stderr}")
+            totals.append(int(found[1]))
+        counted[name] = (totals[1] - totals[0]) / (2 * calls)
+    return counted
+
+
+def _ratio_table(
+    title: str, unit: str, figures: dict[str, float], scale: float, digits: int
+) -> None:
+    """A table of `figures` in `unit` (each times `scale`, with `digits` decimals) and their
+    ratio to ``bare``."""
+    bare = figures["bare"]
+    print()
+    print(title)
+    print()
+    header = f"{'stage':<24}{unit:>14}{'ratio to bare':>15}"
+    print(header)
+    print("-" * len(header))
+    for name, figure in figures.items():
+        print(f"{name:<24}{figure * scale:>14,.{digits}f}{figure / bare:>14.2f}x")
+    print()
+    for name, what in (
+        ("recorder", "Recorder (ledger, call span, linked result span)"),
+        ("recorder + metrics", "Recorder with metrics (as configure() wires it)"),
+    ):
+        ratio = figures[name] / bare
+        print(
+            f"{what} vs two bare spans: {ratio:.2f}x  "
+            f"(aim <={RATIO_AIM:g}x)  {verdict(ratio <= RATIO_AIM)}"
+        )
+    metric_cost = figures["recorder + metrics"] - figures["recorder"]
+    print(f"  the histogram record with metrics on adds {metric_cost * scale:,.{digits}f} {unit}")
+    own = figures["recorder + metrics"] - figures["bare + link + histogram"]
+    print(
+        f"  beyond what the SDK itself costs for the same spans, link and histogram record: "
+        f"{own * scale:,.{digits}f} {unit}"
+    )
 
 
 def _bytes_per_open(count: int, open_one: Callable[[str], object]) -> float:
@@ -203,57 +302,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--open", type=int, help="open obligations for the memory measure (default 10,000)"
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per call under callgrind instead of timing (needs valgrind; "
+        "calls default to 1,000)",
+    )
+    parser.add_argument("--count", help=argparse.SUPPRESS)  # one stage, run under callgrind
+    parser.add_argument("--passes", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.count:
+        _run_passes(args.count, args.passes, args.calls)
+        return 0
+    if args.instructions:
+        calls = args.calls or 1_000
+        names = list(_stages()[0])
+        counted = _instructions(names, calls)
+        if counted is None:
+            print("valgrind is not installed: no instruction counts (apt-get install valgrind)")
+        else:
+            _ratio_table(
+                f"Recording one tool call plus its result: instructions per call "
+                f"(callgrind, three passes less one of {calls:,} calls)",
+                "instructions",
+                counted,
+                1,
+                0,
+            )
+        return 0
     calls = args.calls or (3_000 if args.quick else 20_000)
     rounds = args.rounds or (3 if args.quick else 7)
     open_count = args.open or (2_000 if args.quick else 10_000)
 
-    full, full_meters = _recorder(with_metrics=True)
-    spans_only, spans_meters = _recorder(with_metrics=False)
-    bare_meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    bare_age = CompactionMetrics(bare_meters).obligation_age
-    stages: dict[str, Callable[[Sequence[str]], None]] = {
-        "bare": _bare_spans(TracerProvider(), link=False),
-        "bare + link": _bare_spans(TracerProvider(), link=True),
-        "bare + link + histogram": _bare_spans(TracerProvider(), link=True, age=bare_age),
-        "recorder": _recorded(spans_only),
-        "recorder + metrics": _recorded(full),
-    }
+    stages, meter_providers = _stages()
     best: dict[str, float] = {}
     for _ in each_round(rounds):
         ids = _ids(calls)
         for name, stage in stages.items():
             keep_best(best, name, _time(stage, ids))
-    for provider in (full_meters, spans_meters, bare_meters):
+    for provider in meter_providers:
         provider.shutdown()
     memory = _memory(open_count)
 
-    bare = best["bare"]
-    print()
-    print(f"Recording one tool call plus its result, min of {rounds} rounds of {calls:,} calls")
-    print("bare = two SDK spans (start + end) with the same attributes; no exporter anywhere")
-    print()
-    header = f"{'stage':<24}{'us per call':>12}{'ratio to bare':>15}"
-    print(header)
-    print("-" * len(header))
-    for name, seconds in best.items():
-        print(f"{name:<24}{seconds * 1e6:>12.2f}{seconds / bare:>14.2f}x")
-    print()
-    for name, what in (
-        ("recorder", "Recorder (ledger, call span, linked result span)"),
-        ("recorder + metrics", "Recorder with metrics (as configure() wires it)"),
-    ):
-        ratio = best[name] / bare
-        print(
-            f"{what} vs two bare spans: {ratio:.2f}x  "
-            f"(aim <={RATIO_AIM:g}x)  {verdict(ratio <= RATIO_AIM)}"
-        )
-    metric_cost = best["recorder + metrics"] - best["recorder"]
-    print(f"  the histogram record with metrics on adds {metric_cost * 1e6:.2f} us per call")
-    own = best["recorder + metrics"] - best["bare + link + histogram"]
-    print(
-        f"  beyond what the SDK itself costs for the same spans, link and histogram record: "
-        f"{own * 1e6:.2f} us per call"
+    _ratio_table(
+        f"Recording one tool call plus its result, min of {rounds} rounds of {calls:,} calls "
+        "(CPU time)\nbare = two SDK spans (start + end) with the same attributes; no exporter "
+        "anywhere",
+        "us per call",
+        best,
+        1e6,
+        2,
     )
     print()
     print(f"Memory per open obligation (tracemalloc, {open_count:,} open at once)")

@@ -3,7 +3,9 @@
 Instrumentation never breaks the application it watches: a fault of the ledger, of a span or of
 a metric is logged and the application goes on. Every place that could meet one wraps its own
 work, and only that, in ``with internal_errors("doing x"):``, or a whole function in
-``@internal_errors("doing x")`` (the cheaper form, for what runs per call or per span).
+``@internal_errors("doing x")`` (the cheaper form, for what runs per call or per span). The
+hottest steps keep a guard made once and report through it from their own
+``except Exception as error: GUARD.failed(error)``, which costs nothing while nothing fails.
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ class internal_errors:  # lower case, as `contextlib.suppress`: it reads as a ph
             return False
         _logged(self._what, error)
         return True
+
+    def failed(self, error: Exception) -> None:
+        """Log `error` as this step's failure, as leaving the ``with`` block would."""
+        _logged(self._what, error)
 
     def __call__(self, function: Callable[P, R]) -> Callable[P, R | None]:
         what = self._what

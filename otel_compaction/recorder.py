@@ -29,11 +29,11 @@ import inspect
 import itertools
 import json
 import threading
-import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from time import monotonic_ns
 from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import trace
@@ -57,6 +57,16 @@ _CLAIM_LOCK = threading.Lock()  # held for a flag flip only
 _MAX_CONTENT = 8_192
 _NO_LAYERS: frozenset[str] = frozenset()
 _EARLY_DROPS = 1_024  # dropped records remembered until their handle is indexed (a race)
+
+# The guards of the steps of a tool call, made once (see `ToolCallRecorder.call`).
+_RECORDING_CALL = internal_errors("recording a tool call")
+_STARTING_CALL_SPAN = internal_errors("starting a tool-call span")
+_RECORDING_RESULT = internal_errors("recording a tool result")
+_RECORDING_ERROR = internal_errors("recording a tool error")
+_RECORDING_ABANDONED = internal_errors("recording an abandoned tool call")
+_RESOLVING = internal_errors("resolving a tool call in the ledger")
+_RESULT_SPAN = internal_errors("recording a tool result span")
+_ENDING_CALL_SPAN = internal_errors("ending a tool-call span")
 
 
 def _content(value: Any) -> str:
@@ -164,7 +174,7 @@ class ToolCallHandle(ObligationHandle):
         self.layers = _NO_LAYERS if layer is None else frozenset((layer,))
         self._key = (conversation_id or "", call_id)  # in the recorder's index
         self._sequence = sequence  # of its ledger record; -1 when it has none
-        self.started_ns = time.monotonic_ns()
+        self.started_ns = monotonic_ns()
         """When the call was recorded (``time.monotonic_ns()``): another layer joins calls
         recorded since its run began."""
 
@@ -175,20 +185,26 @@ class ToolCallHandle(ObligationHandle):
             return bool(_comparable(self.arguments) == _comparable(arguments))
         return False
 
-    @internal_errors("recording a tool result")
     def result(self, content: Any = None) -> None:
         """The tool returned `content`."""
-        self._recorder._finish_call(self, "result", content=content)
+        try:
+            self._recorder._finish_call(self, "result", content, None, "")
+        except Exception as fault:
+            _RECORDING_RESULT.failed(fault)
 
-    @internal_errors("recording a tool error")
     def error(self, error: BaseException | str | None = None, content: Any = None) -> None:
         """The tool failed: `error` is the exception or an ``error.type`` string."""
-        self._recorder._finish_call(self, "error", content=content, error=error)
+        try:
+            self._recorder._finish_call(self, "error", content, error, "")
+        except Exception as fault:
+            _RECORDING_ERROR.failed(fault)
 
-    @internal_errors("recording an abandoned tool call")
     def abandon(self, reason: str = "") -> None:
         """The call will never get a result (cancelled, timed out, forced terminal)."""
-        self._recorder._finish_call(self, "abandoned", reason=reason)
+        try:
+            self._recorder._finish_call(self, "abandoned", None, None, reason)
+        except Exception as fault:
+            _RECORDING_ABANDONED.failed(fault)
 
 
 class ToolCallRecorder:
@@ -281,63 +297,72 @@ class ToolCallRecorder:
 
         Never raises: when the ledger cannot record the call, the handle returned does nothing.
         """
-        handle = self._call(
-            tool_name, call_id, arguments, tool_type, conversation_id, links, context, layer
-        )
-        if handle is None:  # recording it failed, and that was logged: a handle that is over
+        # Each step guarded by its own ``try`` (free while nothing fails): this runs per call.
+        try:
+            if call_id and layer is not None:
+                joined = self._join(call_id, layer)
+                if joined is not None:
+                    return joined
+            conversation = conversation_id or current_conversation_id()
+            call_id = call_id or f"call_{next(self._ids)}"
+            # The ledger first: whatever happens to telemetry, the obligation is known.
+            record = self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
+            attributes: dict[str, Any] = {
+                semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
+                semconv.GEN_AI_TOOL_NAME: tool_name,
+                semconv.GEN_AI_TOOL_CALL_ID: call_id,
+                semconv.GEN_AI_TOOL_TYPE: tool_type,
+            }
+            if conversation:
+                attributes[semconv.GEN_AI_CONVERSATION_ID] = conversation
+            if self.agent_name:
+                attributes[semconv.GEN_AI_AGENT_NAME] = self.agent_name
+            if arguments is not None and self.capture_content:
+                attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _content(arguments)
+            try:
+                # The span starts when the obligation opened: its duration is the age the
+                # metrics record.
+                span = self._tracer.start_span(
+                    f"{semconv.EXECUTE_TOOL} {tool_name}",
+                    context,
+                    attributes=attributes,
+                    links=links,
+                    start_time=record.opened_at_ns,
+                )
+            except Exception as fault:
+                _STARTING_CALL_SPAN.failed(fault)
+                span = trace.INVALID_SPAN
+            sequence = record.sequence
             handle = ToolCallHandle(
-                self, call_id or "", tool_name, conversation_id, trace.INVALID_SPAN, None, None, -1
+                self, call_id, tool_name, conversation, span, arguments, layer, sequence
             )
-            handle._done = True
-        return handle
-
-    @internal_errors("recording a tool call")
-    def _call(
-        self,
-        tool_name: str,
-        call_id: str | None,
-        arguments: Any,
-        tool_type: str,
-        conversation_id: str | None,
-        links: Sequence[Link],
-        context: Context | None,
-        layer: str | None,
-    ) -> ToolCallHandle:
-        if call_id and layer is not None:
-            joined = self._join(call_id, layer)
-            if joined is not None:
-                return joined
-        conversation = conversation_id or current_conversation_id()
-        call_id = call_id or f"call_{next(self._ids)}"
-        # The ledger first: whatever happens to telemetry, the obligation is known.
-        record = self.ledger.open(conversation, "tool_call", call_id, name=tool_name)
-        span = self._start_call_span(
-            tool_name, call_id, tool_type, conversation, arguments, links, context
-        )
-        if span is None:  # it failed, and that was logged
-            span = trace.INVALID_SPAN
-        sequence = record.sequence
-        handle = ToolCallHandle(
-            self, call_id, tool_name, conversation, span, arguments, layer, sequence
-        )
-        key = handle._key
-        with self._lock:
-            dropped = bool(self._dropped_early) and sequence in self._dropped_early
-            if dropped:
-                del self._dropped_early[sequence]
-                handle._done = True
-            else:
-                waiting = self._open.get(key)
-                if waiting is None:
-                    self._open[key] = [handle]
+            key = handle._key
+            lock = self._lock
+            lock.acquire()  # not ``with``: half the cost, twice per call
+            try:
+                dropped = bool(self._dropped_early) and sequence in self._dropped_early
+                if dropped:
+                    del self._dropped_early[sequence]
+                    handle._done = True
                 else:
-                    waiting.append(handle)
-                if layer is not None:
-                    self._layered.setdefault(call_id, []).append(handle)
-        if dropped:
-            self._end_call_span(
-                handle.span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED
-            )
+                    index = self._open
+                    if key in index:
+                        index[key].append(handle)
+                    else:
+                        index[key] = [handle]
+                    if layer is not None:
+                        self._layered.setdefault(call_id, []).append(handle)
+            finally:
+                lock.release()
+            if dropped:
+                _end_call_span(span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED)
+            return handle
+        except Exception as fault:  # recording it failed: a handle that is over
+            _RECORDING_CALL.failed(fault)
+        handle = ToolCallHandle(
+            self, call_id or "", tool_name, conversation_id, trace.INVALID_SPAN, None, None, -1
+        )
+        handle._done = True
         return handle
 
     def _dropped(self, record: Obligation) -> None:
@@ -362,7 +387,7 @@ class ToolCallRecorder:
             handle._done = True
             if handle.layers:
                 self._unindex(handle)
-        self._end_call_span(handle.span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED)
+        _end_call_span(handle.span, "abandoned", None, None, semconv.ABANDON_REASON_EVICTED)
 
     def _join(self, call_id: str, layer: str) -> ToolCallHandle | None:
         """The earliest open call of `call_id` that another layer recorded and `layer` has not
@@ -507,11 +532,11 @@ class ToolCallRecorder:
         if handle is None:
             return False
         if status == "abandoned":
-            self._finish_call(handle, "abandoned", reason=str(content or ""), claimed=True)
+            self._finish_call(handle, "abandoned", None, None, str(content or ""), True)
         elif error is not None or status == "error":
-            self._finish_call(handle, "error", content=content, error=error, claimed=True)
+            self._finish_call(handle, "error", content, error, "", True)
         else:
-            self._finish_call(handle, "result", content=content, claimed=True)
+            self._finish_call(handle, "result", content, None, "", True)
         return True
 
     @contextmanager
@@ -637,134 +662,83 @@ class ToolCallRecorder:
             return self._tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
         return trace.INVALID_SPAN
 
-    @internal_errors("starting a tool-call span")
-    def _start_call_span(
-        self,
-        tool_name: str,
-        call_id: str,
-        tool_type: str,
-        conversation: str | None,
-        arguments: Any,
-        links: Sequence[Link] = (),
-        context: Context | None = None,
-    ) -> Span:
-        attributes: dict[str, Any] = {
-            semconv.GEN_AI_OPERATION_NAME: semconv.EXECUTE_TOOL,
-            semconv.GEN_AI_TOOL_NAME: tool_name,
-            semconv.GEN_AI_TOOL_CALL_ID: call_id,
-            semconv.GEN_AI_TOOL_TYPE: tool_type,
-        }
-        if conversation:
-            attributes[semconv.GEN_AI_CONVERSATION_ID] = conversation
-        if self.agent_name:
-            attributes[semconv.GEN_AI_AGENT_NAME] = self.agent_name
-        if arguments is not None and self.capture_content:
-            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _content(arguments)
-        return self._tracer.start_span(
-            f"{semconv.EXECUTE_TOOL} {tool_name}",
-            context=context,
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            links=links or None,
-        )
-
     def _finish_call(
         self,
         handle: ToolCallHandle,
         status: ResolutionStatus,
-        *,
-        content: Any = None,
-        error: BaseException | str | None = None,
-        reason: str = "",
+        content: Any,
+        error: BaseException | str | None,
+        reason: str,
         claimed: bool = False,
     ) -> None:
         """Record the terminal resolution of `handle`, unless it already has one (the first
         wins). `claimed`: `resolve` already claimed it and took it out of the index."""
         if not claimed:
-            key = handle._key
-            with self._lock:
+            self._lock.acquire()
+            try:
                 if handle._done:
                     return
                 handle._done = True
-                waiting = self._open.get(key)
+                waiting = self._open.get(handle._key)
                 if waiting is not None:
                     if len(waiting) == 1:
                         if waiting[0] is handle:
-                            del self._open[key]
+                            del self._open[handle._key]
                     elif waiting[0] is handle:
                         del waiting[0]
                     elif handle in waiting:
                         waiting.remove(handle)
                 if handle.layers:
                     self._unindex(handle)
+            finally:
+                self._lock.release()
         error_type = _error_type(error) if status == "error" else None
         # The ledger first (its listeners record the call's age, which is its duration), then
         # the spans, each on its own: a failing ledger or result span must not leave the call
-        # span open.
-        self._resolve_in_ledger(handle, status, error_type)
+        # span open. Both spans take the resolution's time from the ledger's record.
+        at: int | None = None
+        try:
+            record = self.ledger.resolve(
+                handle.conversation_id, handle.id, status, error_type=error_type
+            )
+            if record is not None:
+                at = record.resolved_at_ns
+        except Exception as fault:
+            _RESOLVING.failed(fault)
         # An exception's message is content: without capture the spans say only its type.
-        shown = error if error is not None and self.capture_content else None
-        self._result_span(handle, status, content, shown, error_type, reason)
-        self._end_call_span(handle.span, status, shown, error_type, reason)
-
-    @internal_errors("resolving a tool call in the ledger")
-    def _resolve_in_ledger(
-        self, handle: ToolCallHandle, status: ResolutionStatus, error_type: str | None
-    ) -> None:
-        self.ledger.resolve(handle.conversation_id, handle.id, status, error_type=error_type)
-
-    @internal_errors("recording a tool result span")
-    def _result_span(
-        self,
-        handle: ToolCallHandle,
-        status: ResolutionStatus,
-        content: Any,
-        error: BaseException | str | None,
-        error_type: str | None,
-        reason: str,
-    ) -> None:
-        # Not ``gen_ai.operation.name``: the call span is the tool execution, and a backend
-        # counting executions by that attribute would count each call twice.
-        attributes: dict[str, Any] = {
-            semconv.GEN_AI_TOOL_NAME: handle.name,
-            semconv.GEN_AI_TOOL_CALL_ID: handle.id,
-            semconv.OBLIGATION_STATUS: status,
-        }
-        if handle.conversation_id:
-            attributes[semconv.GEN_AI_CONVERSATION_ID] = handle.conversation_id
-        if error_type is not None:
-            attributes[semconv.ERROR_TYPE] = error_type
-        if status == "abandoned" and reason:
-            attributes[semconv.ABANDON_REASON] = reason
-        if content is not None and self.capture_content:
-            attributes[semconv.GEN_AI_TOOL_CALL_RESULT] = _content(content)
-        link = Link(handle.span.get_span_context(), {semconv.GEN_AI_TOOL_CALL_ID: handle.id})
-        result_span = self._tracer.start_span(
-            f"{semconv.TOOL_RESULT_SPAN} {handle.name}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            links=(link,),
-        )
-        if error_type is not None:
-            result_span.set_status(Status(StatusCode.ERROR, _description(error)))
-        result_span.end()
-
-    @staticmethod
-    @internal_errors("ending a tool-call span")
-    def _end_call_span(
-        call_span: Span,
-        status: ResolutionStatus,
-        error: BaseException | str | None,
-        error_type: str | None,
-        reason: str,
-    ) -> None:
-        call_span.set_attribute(semconv.OBLIGATION_STATUS, status)
-        if error_type is not None:
-            call_span.set_attribute(semconv.ERROR_TYPE, error_type)
-            call_span.set_status(Status(StatusCode.ERROR, _description(error)))
-        elif status == "abandoned":
-            call_span.add_event(semconv.EVENT_ABANDONED, {semconv.ABANDON_REASON: reason})
-        call_span.end()
+        capture = self._capture
+        if capture is None and (content is not None or error is not None):
+            capture = capture_content_enabled()
+        shown = error if error is not None and capture else None
+        try:
+            # Not ``gen_ai.operation.name``: the call span is the tool execution, and a backend
+            # counting executions by that attribute would count each call twice.
+            attributes: dict[str, Any] = {
+                semconv.GEN_AI_TOOL_NAME: handle.name,
+                semconv.GEN_AI_TOOL_CALL_ID: handle.id,
+                semconv.OBLIGATION_STATUS: status,
+            }
+            if handle.conversation_id:
+                attributes[semconv.GEN_AI_CONVERSATION_ID] = handle.conversation_id
+            if error_type is not None:
+                attributes[semconv.ERROR_TYPE] = error_type
+            if status == "abandoned" and reason:
+                attributes[semconv.ABANDON_REASON] = reason
+            if content is not None and capture:
+                attributes[semconv.GEN_AI_TOOL_CALL_RESULT] = _content(content)
+            link = Link(handle.span.get_span_context(), {semconv.GEN_AI_TOOL_CALL_ID: handle.id})
+            result_span = self._tracer.start_span(
+                f"{semconv.TOOL_RESULT_SPAN} {handle.name}",
+                attributes=attributes,
+                links=(link,),
+                start_time=at,
+            )
+            if error_type is not None:
+                result_span.set_status(Status(StatusCode.ERROR, _description(shown)))
+            result_span.end(at)  # the moment the result arrived, within the call span
+        except Exception as fault:
+            _RESULT_SPAN.failed(fault)
+        _end_call_span(handle.span, status, shown, error_type, reason, at)
 
     def _finish_obligation(
         self,
@@ -843,6 +817,26 @@ class RetryChain(ObligationHandle):
         """Give up on the chain; recorded as abandoned, not as a crash."""
         with internal_errors("recording an abandoned retry chain"):
             self._recorder._finish_obligation(self, "abandoned", reason=reason)
+
+
+def _end_call_span(
+    call_span: Span,
+    status: ResolutionStatus,
+    error: BaseException | str | None,
+    error_type: str | None,
+    reason: str,
+    end_time: int | None = None,
+) -> None:
+    try:
+        call_span.set_attribute(semconv.OBLIGATION_STATUS, status)
+        if error_type is not None:
+            call_span.set_attribute(semconv.ERROR_TYPE, error_type)
+            call_span.set_status(Status(StatusCode.ERROR, _description(error)))
+        elif status == "abandoned":
+            call_span.add_event(semconv.EVENT_ABANDONED, {semconv.ABANDON_REASON: reason})
+        call_span.end(end_time)
+    except Exception as fault:
+        _ENDING_CALL_SPAN.failed(fault)
 
 
 def _weak_listener(method: Callable[[Obligation], None]) -> Callable[[Obligation], None]:
