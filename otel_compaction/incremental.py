@@ -224,13 +224,12 @@ def _reusable(state: _Conversation, messages: list[Any], policy: Policy | None) 
         return None
     if count == 0 or len(messages) < count:
         return None
-    if _content(messages[count - 1]) != state.last:
-        return None  # the last message was still being written
     # Rebuilt objects (a framework converting its messages on every call) carry over when
     # they are equal to the ones seen: list equality compares by identity first, then by value.
     # The appended messages join `seen` first, so that no copy of the history is made.
     seen.extend(messages[count:])
-    if seen != messages:
+    if seen != messages or _content(messages[count - 1]) != state.last:
+        # Not an append; or the last message was still being written.
         del seen[count:]
         return None
     return count
