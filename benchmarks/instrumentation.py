@@ -2,9 +2,11 @@
 one, both measured in this run against the loopback fake LLM server of the tests.
 
 What it measures: one agent turn through the real SDK client (``openai`` Chat Completions,
-JSON and streamed; Responses; ``anthropic`` Messages, JSON and streamed) with a 30-message
-transcript (a system instruction, user and assistant text, tool calls with JSON arguments and
-their results). Two kinds of turn:
+JSON and streamed; Responses; ``anthropic`` Messages, JSON and streamed) with a transcript of
+a system instruction, a user message and the last 7 tool calls with JSON arguments, assistant
+text and their results (16 messages for Chat Completions, 15 for Messages, 22 Responses items).
+The transcript is a sliding window: each request drops the oldest call and result and appends
+the newest, so no request is an append to the previous one. Two kinds of turn:
 
 * text: the model answers with text. The instrumented request reads and parses the transcript,
   works out its conversation, runs the detection checks, and records its request span.
@@ -59,7 +61,7 @@ RATIO_AIM = 1.1
 GROWTH_AIM = 1.5  # the own work at the largest history, to that at the smallest
 MODEL = "model-bench"
 SYSTEM = "You operate the service fleet. Verify every change before reporting it."
-TURNS = 7  # tool call/result pairs before the request: 2 + 4 * 7 = 30 messages
+TURNS = 7  # tool call/result pairs in each request's window
 APIS = {
     "chat.completions": ("chat", False),
     "chat.completions stream": ("chat", True),
@@ -397,7 +399,7 @@ def _report_growing(results: dict[str, dict[int, tuple[float, float]]], per_batc
 def _report(best: dict[str, float], rounds: int, per_batch: int) -> None:
     print()
     print(
-        "One agent turn (30-message transcript) through the real SDK client, "
+        "One agent turn (a sliding window of 7 calls) through the real SDK client, "
         f"best mean of {rounds} rounds of {per_batch} requests"
     )
     print("plain = not instrumented; the fake server runs in this process (in both figures)")

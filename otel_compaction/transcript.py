@@ -382,10 +382,11 @@ class TranscriptBuilder:
     """One pass over the messages; results are paired as they are met.
 
     The builder can be fed again with messages appended to the same conversation. What it
-    published stays as it was: a call answered later is replaced in the builder's list,
-    never changed in place, and `transcript` shares the builder's lists with the transcript it
-    hands out until the next `feed`, which copies them first if that transcript still lives
-    (a conversation whose transcripts are dropped between turns never copies its history).
+    published stays as it was: a call fed before and answered later is replaced in the
+    builder's list, never changed in place (one fed by the same `feed` is answered in place),
+    and `transcript` shares the builder's lists with the transcript it hands out until the
+    next `feed`, which copies them first if that transcript still lives (a conversation whose
+    transcripts are dropped between turns never copies its history).
     Cut closedness is kept as it goes: appending messages never changes whether an earlier cut
     is closed. After a `TranscriptError` the builder is half-fed: start a new one.
 
@@ -413,6 +414,7 @@ class TranscriptBuilder:
         # Result ordinal -> how many calls of its message came before it, for the results that
         # may pair with a call of their own message (server tools): what a reuse must replay.
         self._inline: dict[int, int] = {}
+        self._unshared = 0  # the calls from this ordinal on were made by the current feed
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -431,6 +433,7 @@ class TranscriptBuilder:
         what `previous` was fed, or -1), a message with an index there is not read again: its
         reading is taken from `previous` (see the class).
         """
+        self._unshared = len(self.calls)
         published = self._published
         if published is not None and start < len(messages):
             self._published = None
@@ -513,9 +516,14 @@ class TranscriptBuilder:
                         self._add_call(entry, call.id, call.name, call.arguments)
                         taken += 1
                 self._add_result(entry, result.call_id, result.status, result.text, before)
-        for ordinal in pending[taken:]:
-            call = old_calls[ordinal]
-            self._add_call(entry, call.id, call.name, call.arguments)
+        if taken < len(pending):
+            calls, numbers = self.calls, entry.calls
+            for ordinal in pending[taken:]:
+                call = old_calls[ordinal]
+                number = len(calls)
+                # `_add_call`, inline (hot path).
+                calls.append(ToolCall(call.id, call.name, index, call.arguments, number))
+                numbers.append(number)
         if pending:
             self._release(entry)
 
@@ -569,6 +577,9 @@ class TranscriptBuilder:
         entry.results.append(ordinal)
 
     def _answer(self, call: int, result: int) -> None:
+        if call >= self._unshared:  # made by this feed: no transcript holds it yet
+            self.calls[call].result = result
+            return
         # A copy, not a change in place: a transcript published earlier keeps its open call.
         before = self.calls[call]
         self.calls[call] = ToolCall(
