@@ -29,7 +29,8 @@ spans end and are exported.
 A request costs what its conversation appended: the conversion to plain dicts
 (`MessageCache`), the parse (`TranscriptCache`) and the detection index
 (`detection.TranscriptIndex`) are kept per conversation, within the ledger's bounds, and read
-a request whole only when it is not an append to the previous one.
+a request whole only when it is not an append to the previous one; even then (a sliding
+window, a truncation) the parse keeps the reading of each message it saw before.
 """
 
 from __future__ import annotations
