@@ -2,9 +2,11 @@
 one, both measured in this run against the loopback fake LLM server of the tests.
 
 What it measures: one agent turn through the real SDK client (``openai`` Chat Completions,
-JSON and streamed; Responses; ``anthropic`` Messages, JSON and streamed) with a 30-message
-transcript (a system instruction, user and assistant text, tool calls with JSON arguments and
-their results). Two kinds of turn:
+JSON and streamed; Responses; ``anthropic`` Messages, JSON and streamed) with a transcript of
+a system instruction, a user message and the last 7 tool calls with JSON arguments, assistant
+text and their results (16 messages for Chat Completions, 15 for Messages, 22 Responses items).
+The transcript is a sliding window: each request drops the oldest call and result and appends
+the newest, so no request is an append to the previous one. Two kinds of turn:
 
 * text: the model answers with text. The instrumented request reads and parses the transcript,
   works out its conversation, runs the detection checks, and records its request span.
@@ -27,7 +29,9 @@ wrapper of the real SDK method, with the method answering at once, so no HTTP or
 blurs it; aim: at the largest history within 1.5x of the smallest), and the same growth
 through the real clients and the fake server, Chat Completions (``openai``) and Messages
 (``anthropic``) (aim: within 1.1x of plain, and an added cost that does not grow).
-``--own-only`` runs the first of them alone.
+``--own-only`` runs the first of them alone, after the instrumentation's own work on the
+table's sliding-window requests (Chat Completions and Messages, text and tool turns, the SDK
+method answering at once): what the table's added cost is made of, without HTTP blurring it.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ RATIO_AIM = 1.1
 GROWTH_AIM = 1.5  # the own work at the largest history, to that at the smallest
 MODEL = "model-bench"
 SYSTEM = "You operate the service fleet. Verify every change before reporting it."
-TURNS = 7  # tool call/result pairs before the request: 2 + 4 * 7 = 30 messages
+TURNS = 7  # tool call/result pairs in each request's window
 APIS = {
     "chat.completions": ("chat", False),
     "chat.completions stream": ("chat", True),
@@ -278,13 +282,17 @@ def _growing(
     }  # fmt: skip
 
 
-def _answer(api: str) -> Any:
-    """The SDK's own response object for a text answer (what the wrapped method returns)."""
+def _answer(api: str, call: ToolCall | None = None) -> Any:
+    """The SDK's own response object (what the wrapped method returns): a text answer, or one
+    that emits `call`."""
     usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
     if api == "chat":
         from openai.types.chat import ChatCompletion
 
-        message = {"role": "assistant", "content": "Next step."}
+        message: dict[str, Any] = {"role": "assistant", "content": "Next step."}
+        if call is not None:
+            function = {"name": call.name, "arguments": json.dumps(call.arguments)}
+            message["tool_calls"] = [{"id": call.id, "type": "function", "function": function}]
         choice = {"index": 0, "message": message, "finish_reason": "stop"}
         return ChatCompletion.model_validate(
             {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": MODEL,
@@ -292,9 +300,14 @@ def _answer(api: str) -> Any:
         )  # fmt: skip
     from anthropic.types import Message
 
+    content: list[dict[str, Any]] = [{"type": "text", "text": "Next step."}]
+    if call is not None:
+        content.append(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        )
     return Message.model_validate(
         {"id": "msg_1", "type": "message", "role": "assistant", "model": MODEL,
-         "content": [{"type": "text", "text": "Next step."}], "stop_reason": "end_turn",
+         "content": content, "stop_reason": "end_turn",
          "usage": {"input_tokens": 10, "output_tokens": 2}}
     )  # fmt: skip
 
@@ -353,6 +366,67 @@ def _own_work(
     return {name: {size: best[f"{name} {size}"] for size in sizes} for name in apis}
 
 
+WINDOW_APIS = {"chat.completions": "chat", "messages": "messages"}
+
+
+def _window_batch(traced: Any, workload: _Workload, turns: range) -> float:
+    """Seconds per request of the instrumentation's own work on the table's requests of
+    `turns` (sliding windows, the SDK answering at once); the requests and answers are built
+    before the clock starts."""
+    requests: list[tuple[dict[str, Any], Any]] = []
+    for n in turns:
+        history = workload.history(n)
+        if workload.api == "chat":
+            kwargs: dict[str, Any] = {
+                "model": MODEL,
+                "messages": [{"role": "system", "content": SYSTEM}, *history],
+            }
+        else:
+            kwargs = {"model": MODEL, "messages": history, "system": SYSTEM, "max_tokens": 256}
+        emitted = ToolCall("apply_config", _arguments(n), id=workload.call_id(n))
+        requests.append((kwargs, _answer(workload.api, emitted if workload.tools else None)))
+    gc.collect()
+    started = perf_counter()
+    for kwargs, answer in requests:
+        traced(lambda **_: answer, None, (), kwargs)  # noqa: B023 - called at once
+    return (perf_counter() - started) / len(requests)
+
+
+def _window_own(telemetry: Telemetry, rounds: int, per_batch: int) -> dict[str, float]:
+    """The best seconds per request of the instrumentation's own work on the table's Chat
+    Completions and Messages requests, text and tool turns."""
+    from otel_compaction.instrumentation._anthropic import MESSAGES
+    from otel_compaction.instrumentation._openai import CHAT
+    from otel_compaction.instrumentation._runtime import Runtime
+    from otel_compaction.instrumentation._settings import Settings
+    from otel_compaction.instrumentation._wrapping import traced_method
+
+    runtime = Runtime(telemetry, Settings.resolve({}))
+    described = {"chat": CHAT, "messages": MESSAGES}
+    best: dict[str, float] = {}
+    turn = TURNS
+    for _ in each_round(rounds):
+        for kind in ("text", "tool"):
+            for name, api in WINDOW_APIS.items():
+                traced = traced_method(runtime, described[api], is_async=False)
+                workload = _Workload(None, api, False, kind == "tool")  # type: ignore[arg-type]
+                _window_batch(traced, workload, range(turn, turn + 5))  # its first is whole
+                seconds = _window_batch(traced, workload, range(turn + 5, turn + 5 + per_batch))
+                keep_best(best, f"{kind} turn, {name}", seconds)
+                turn += per_batch + 5
+    runtime.shutdown("benchmark finished")
+    return best
+
+
+def _report_window(results: dict[str, float], per_batch: int) -> None:
+    print(
+        f"\nThe instrumentation's own work on the table's requests (the SDK answers at once, no "
+        f"HTTP): {per_batch} sliding-window requests, best mean"
+    )
+    for name, seconds in results.items():
+        print(f"{name:<34}{seconds * 1e6:>8.0f} us")
+
+
 def _report_own(results: dict[str, dict[int, float]], per_batch: int) -> None:
     print(
         f"\nThe instrumentation's own work per request (the SDK answers at once): {per_batch} "
@@ -397,7 +471,7 @@ def _report_growing(results: dict[str, dict[int, tuple[float, float]]], per_batc
 def _report(best: dict[str, float], rounds: int, per_batch: int) -> None:
     print()
     print(
-        "One agent turn (30-message transcript) through the real SDK client, "
+        "One agent turn (a sliding window of 7 calls) through the real SDK client, "
         f"best mean of {rounds} rounds of {per_batch} requests"
     )
     print("plain = not instrumented; the fake server runs in this process (in both figures)")
@@ -451,6 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     own: dict[str, dict[int, float]] = {}
     try:
         if args.own_only:
+            _report_window(_window_own(telemetry, rounds, per_batch), per_batch)
             _report_own(_own_work(telemetry, sizes, rounds, per_batch), per_batch)
             return 0
         best = _measure(telemetry, rounds, per_batch)

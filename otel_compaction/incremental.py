@@ -15,6 +15,15 @@ seen is also compared by content, so a message still being written in place (a s
 reply) is re-read. What is not detected: an *earlier* message object changed in place after
 it was analysed; give such a conversation to `AnalysisCache.forget` (or analyse a copy).
 
+A rebuild does not read every message again: each message that was seen before (the same
+object or an equal one, in the same order; a sliding window drops the oldest messages and
+appends new ones) keeps its parsed reading (`TranscriptBuilder.feed` with ``reused``), and
+only what depends on its neighbours is redone (positions, pairing, closedness, units), so the
+transcript is exactly the one a fresh parse gives. The last message seen is read again, as it
+may have been written in place; the same limit as above holds for the earlier ones. The
+search for seen messages is bounded by a few comparisons per message, so a list that shares
+nothing with the last one costs little more than a fresh parse.
+
 State is bounded (least recently used conversations evicted) and thread-safe: one lock per
 conversation, so different conversations are analysed in parallel.
 """
@@ -44,12 +53,14 @@ DEFAULT_MAX_CONVERSATIONS = 1_024
 @dataclass(slots=True)
 class CacheStats:
     """How the cache answered: analyses that only read appended messages, analyses built
-    from the first message (a new conversation, or a change that was not an append), and
-    conversations evicted."""
+    from the first message (a new conversation, or a change that was not an append),
+    conversations evicted, and messages of those builds whose parse was taken over from the
+    conversation's previous state rather than read again."""
 
     extended: int = 0
     built: int = 0
     evicted: int = 0
+    reused: int = 0
 
 
 @dataclass(slots=True)
@@ -134,14 +145,20 @@ class TranscriptCache:
         state = self._state(key, policy)
         with state.lock:
             start = _reusable(state, listed, policy)
+            previous: TranscriptBuilder | None = None
+            reused: list[int] | None = None
             if start is None:
+                previous, seen = state.builder, state.seen
+                if seen and len(previous) == len(seen):
+                    reused, count = _seen_again(seen, listed)
+                    self.stats.reused += count
                 state.reset(policy)
                 start = 0
                 self.stats.built += 1
             else:
                 self.stats.extended += 1
             try:
-                state.builder.feed(listed, start)
+                state.builder.feed(listed, start, previous=previous, reused=reused)
             except Exception:
                 state.reset(policy)  # nothing half-fed is kept
                 raise
@@ -207,13 +224,43 @@ def _reusable(state: _Conversation, messages: list[Any], policy: Policy | None) 
         return None
     if count == 0 or len(messages) < count:
         return None
-    if _content(messages[count - 1]) != state.last:
-        return None  # the last message was still being written
     # Rebuilt objects (a framework converting its messages on every call) carry over when
     # they are equal to the ones seen: list equality compares by identity first, then by value.
     # The appended messages join `seen` first, so that no copy of the history is made.
     seen.extend(messages[count:])
-    if seen != messages:
+    if seen != messages or _content(messages[count - 1]) != state.last:
+        # Not an append; or the last message was still being written.
         del seen[count:]
         return None
     return count
+
+
+def _seen_again(seen: list[Any], messages: list[Any]) -> tuple[list[int], int]:
+    """For each of `messages`, the index of the seen message it is again (the same object or an
+    equal one), or -1; and how many were found. Seen messages are matched in order, the search
+    bounded to about two comparisons per seen message; the last one seen is never matched (it
+    may have been written in place since)."""
+    count = len(seen) - 1
+    found = [-1] * len(messages)
+    matched = 0
+    budget = 2 * count + 16  # comparisons left for searching past a message not seen
+    expected = 0  # the seen message the next one should be, when the order is kept
+    for index, message in enumerate(messages):
+        if expected >= count:
+            break
+        candidate = seen[expected]
+        if message is not candidate and message != candidate:
+            if budget <= 0:
+                continue
+            try:
+                # Identity first, then equality, in C.
+                at = seen.index(message, expected + 1, count)
+            except ValueError:
+                budget -= count - expected - 1
+                continue
+            budget -= at - expected
+            expected = at
+        found[index] = expected
+        expected += 1
+        matched += 1
+    return found, matched

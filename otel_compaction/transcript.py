@@ -382,12 +382,21 @@ class TranscriptBuilder:
     """One pass over the messages; results are paired as they are met.
 
     The builder can be fed again with messages appended to the same conversation. What it
-    published stays as it was: a call answered later is replaced in the builder's list,
-    never changed in place, and `transcript` shares the builder's lists with the transcript it
-    hands out until the next `feed`, which copies them first if that transcript still lives
-    (a conversation whose transcripts are dropped between turns never copies its history).
+    published stays as it was: a call fed before and answered later is replaced in the
+    builder's list, never changed in place (one fed by the same `feed` is answered in place),
+    and `transcript` shares the builder's lists with the transcript it hands out until the
+    next `feed`, which copies them first if that transcript still lives (a conversation whose
+    transcripts are dropped between turns never copies its history).
     Cut closedness is kept as it goes: appending messages never changes whether an earlier cut
     is closed. After a `TranscriptError` the builder is half-fed: start a new one.
+
+    A new builder can take over what another one read from messages it is given again (a
+    sliding window, a truncation, a compaction that keeps some messages): `feed` with
+    `reused` copies each such message's reading (role, text, format, its calls and results)
+    from the `previous` builder instead of reading the message again, and redoes only what
+    depends on the message's neighbours and position (indices, ordinals, pairing, closedness,
+    units). The transcript is the one a fresh parse gives, as long as the reused messages are
+    what they were when `previous` read them.
     """
 
     def __init__(self) -> None:
@@ -402,12 +411,29 @@ class TranscriptBuilder:
         self._units_upto = 0  # messages the units were found in
         self._units_from = 0  # the first of those a unit may still grow from (see transcript)
         self._published: weakref.ref[Transcript] | None = None  # shares the lists while alive
+        # Result ordinal -> how many calls of its message came before it, for the results that
+        # may pair with a call of their own message (server tools): what a reuse must replay.
+        self._inline: dict[int, int] = {}
+        self._unshared = 0  # the calls from this ordinal on were made by the current feed
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def feed(self, messages: Sequence[Any], start: int = 0) -> None:
-        """Parse ``messages[start:]`` (the messages before `start` already fed)."""
+    def feed(
+        self,
+        messages: Sequence[Any],
+        start: int = 0,
+        *,
+        previous: TranscriptBuilder | None = None,
+        reused: Sequence[int] | None = None,
+    ) -> None:
+        """Parse ``messages[start:]`` (the messages before `start` already fed).
+
+        With `previous` and `reused` (one entry per message: the index of the message in
+        what `previous` was fed, or -1), a message with an index there is not read again: its
+        reading is taken from `previous` (see the class).
+        """
+        self._unshared = len(self.calls)
         published = self._published
         if published is not None and start < len(messages):
             self._published = None
@@ -415,15 +441,20 @@ class TranscriptBuilder:
                 self.entries, self.calls = self.entries.copy(), self.calls.copy()
                 self.results = self.results.copy()
         for index in range(start, len(messages)):
-            message = messages[index]
-            # A plain dict skips the slower ABC check.
-            if type(message) is not dict and not isinstance(message, Mapping):
-                raise TranscriptError(
-                    f"expected a message object, got {type(message).__name__}",
-                    message_index=index,
-                )
-            self.closed.append(self._open == 0)
-            self._message(index, message)
+            source = -1 if reused is None else reused[index]
+            if source >= 0 and previous is not None:
+                self.closed.append(self._open == 0)
+                self._replay(index, previous, source)
+            else:
+                message = messages[index]
+                # A plain dict skips the slower ABC check.
+                if type(message) is not dict and not isinstance(message, Mapping):
+                    raise TranscriptError(
+                        f"expected a message object, got {type(message).__name__}",
+                        message_index=index,
+                    )
+                self.closed.append(self._open == 0)
+                self._message(index, message)
             entry = self.entries[index]
             if entry.format != PLAIN:
                 self.formats.add(entry.format)
@@ -458,32 +489,80 @@ class TranscriptBuilder:
         self._published = weakref.ref(published)
         return published
 
+    def _replay(self, index: int, previous: TranscriptBuilder, source: int) -> None:
+        """Message `index` as `previous` read its message `source`: the same fields, calls
+        and results in the same order, placed and paired here."""
+        old = previous.entries[source]
+        # Entry(index, role, format, text, chars, calls, results), positionally (hot path).
+        entry = Entry(index, old.role, old.format, old.text, old.chars, [], [])
+        if old.item:
+            entry.item = old.item
+        if old.thinking:
+            entry.thinking = True
+        if old.response_id is not None:
+            entry.response_id = old.response_id
+        self.entries.append(entry)
+        old_calls = previous.calls
+        pending = old.calls
+        taken = 0
+        if old.results:
+            inline = previous._inline
+            for old_ordinal in old.results:
+                result = previous.results[old_ordinal]
+                before = inline.get(old_ordinal) if inline else None
+                if before is not None:
+                    while taken < before:  # the calls of its message it may pair with
+                        call = old_calls[pending[taken]]
+                        self._add_call(entry, call.id, call.name, call.arguments)
+                        taken += 1
+                self._add_result(entry, result.call_id, result.status, result.text, before)
+        if taken < len(pending):
+            calls, numbers = self.calls, entry.calls
+            for ordinal in pending[taken:]:
+                call = old_calls[ordinal]
+                number = len(calls)
+                # `_add_call`, inline (hot path).
+                calls.append(ToolCall(call.id, call.name, index, call.arguments, number))
+                numbers.append(number)
+        if pending:
+            self._release(entry)
+
     # -- recording ---------------------------------------------------------------------------
 
     def _call(self, entry: Entry, call_id: str, name: Any, arguments: Any) -> None:
-        ordinal = len(self.calls)
         text = _dump(arguments) if arguments is not None else ""
-        # ToolCall(id, name, message_index, arguments, ordinal), positionally (hot path).
-        self.calls.append(
-            ToolCall(call_id, name if isinstance(name, str) else "", entry.index, text, ordinal)
-        )
-        entry.calls.append(ordinal)
+        self._add_call(entry, call_id, name if isinstance(name, str) else "", text)
         entry.chars += len(text)
+
+    def _add_call(self, entry: Entry, call_id: str, name: str, text: str) -> None:
+        ordinal = len(self.calls)
+        # ToolCall(id, name, message_index, arguments, ordinal), positionally (hot path).
+        self.calls.append(ToolCall(call_id, name, entry.index, text, ordinal))
+        entry.calls.append(ordinal)
 
     def _result(
         self, entry: Entry, call_id: str, content: Any, error: bool, inline: bool = False
     ) -> None:
+        text = _text(content)
+        status: ResultStatus = "error" if error else "result"
+        self._add_result(entry, call_id, status, text, len(entry.calls) if inline else None)
+        entry.chars += len(text)
+
+    def _add_result(
+        self, entry: Entry, call_id: str, status: ResultStatus, text: str, before: int | None
+    ) -> None:
+        """A result; `before` is None, or (for a result that may answer a call of its own
+        message) how many calls of its message came before it."""
         ordinal = len(self.results)
         # ToolResult(call_id, message_index, status, text, ordinal), positionally (hot path).
-        result = ToolResult(
-            call_id, entry.index, "error" if error else "result", _text(content), ordinal
-        )
+        result = ToolResult(call_id, entry.index, status, text, ordinal)
         waiting = self.unanswered.get(call_id)
         # A server-side tool (Anthropic `server_tool_use`) runs inside the model's response, so
         # its result follows its call in the same message.
-        own = (
-            next((o for o in entry.calls if self.calls[o].id == call_id), None) if inline else None
-        )
+        own = None
+        if before is not None:
+            self._inline[ordinal] = before
+            own = next((o for o in entry.calls if self.calls[o].id == call_id), None)
         if own is not None and self.calls[own].result is None:
             result.call = own
             self._answer(own, ordinal)
@@ -496,9 +575,11 @@ class TranscriptBuilder:
                 del self.unanswered[call_id]
         self.results.append(result)
         entry.results.append(ordinal)
-        entry.chars += len(result.text)
 
     def _answer(self, call: int, result: int) -> None:
+        if call >= self._unshared:  # made by this feed: no transcript holds it yet
+            self.calls[call].result = result
+            return
         # A copy, not a change in place: a transcript published earlier keeps its open call.
         before = self.calls[call]
         self.calls[call] = ToolCall(

@@ -217,7 +217,7 @@ class _Seen:
             unchanged = 0
             out = [] if system is None else [system]
             start = 0
-        out.extend(_plain_or_placeholder(messages[i]) for i in range(start, len(messages)))
+        out.extend(map(_plain_or_placeholder, messages[start:] if start else messages))
         if not appended:
             self.raw = list(messages)
         self.plain = out

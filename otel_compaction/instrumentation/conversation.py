@@ -25,6 +25,7 @@ thread-safe.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import sys
@@ -68,6 +69,7 @@ class Identity:
     source: IdentitySource
 
 
+@functools.lru_cache(maxsize=256)  # a conversation asks again on every request
 def derived_id(instruction: str, first_user: str) -> str:
     """The derived conversation id of a request with this instruction and first user message.
 

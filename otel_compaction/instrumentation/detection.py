@@ -148,6 +148,44 @@ class _Bounded(Generic[K, V]):
         return True
 
 
+class _Resolved:
+    """Resolved calls by fingerprint (the first call id of each), as a `_Bounded` map whose
+    fingerprints are computed only when it is read: a call's result arrives on every tool turn,
+    while the map is read only for a response that emits calls. Entries are added in the order
+    they are given, so the map read is the one immediate additions would have built."""
+
+    __slots__ = ("_map", "_waiting")
+
+    def __init__(self, limit: int) -> None:
+        self._map: _Bounded[str, str] = _Bounded(limit)
+        # (fingerprint, name, arguments, call id): the fingerprint, or what it is made from.
+        self._waiting: list[tuple[str | None, str, Any, str]] = []
+
+    @property
+    def items(self) -> dict[str, str]:
+        """Fingerprint -> the first resolved call id with it."""
+        if self._waiting:
+            self._flush()
+        return self._map.items
+
+    def add(self, name: str, arguments: Any, call_id: str) -> None:
+        """A call resolved (kept unless a call with its fingerprint is already there)."""
+        self._waiting.append((None, name, arguments, call_id))
+        if len(self._waiting) >= self._map.limit:
+            self._flush()
+
+    def add_fingerprint(self, key: str, call_id: str) -> None:
+        """`add` of a call whose fingerprint is known."""
+        self._waiting.append((key, "", None, call_id))
+        if len(self._waiting) >= self._map.limit:
+            self._flush()
+
+    def _flush(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for key, name, arguments, call_id in waiting:
+            self._map.first(fingerprint(name, arguments) if key is None else key, call_id)
+
+
 class TranscriptIndex:
     """The calls and orphaned results of the last transcript checked, by call id, brought up
     to date by reading only what a later transcript appended to it."""
@@ -215,7 +253,7 @@ class ConversationState:
 
     def __init__(self, limit: int = 4_096) -> None:
         """Create an empty state."""
-        self.resolved: _Bounded[str, str] = _Bounded(limit)  # fingerprint -> first call id
+        self.resolved = _Resolved(limit)  # fingerprint -> first call id
         self.pending: _Bounded[str, str] = _Bounded(limit)  # emitted call id -> fingerprint
         self.names: _Bounded[str, str] = _Bounded(limit)  # call id -> tool name
         self.seen_pairs: _Bounded[tuple[str, str, str], None] = _Bounded(limit)
@@ -291,7 +329,7 @@ def check_request(
             resolutions.append(_resolution(result))
             fingerprinted = state.pending.items.pop(call_id, None)
             if fingerprinted is not None:
-                state.resolved.first(fingerprinted, call_id)
+                state.resolved.add_fingerprint(fingerprinted, call_id)
         if full_history:
             severed.extend(
                 Severed(call_id, record.name, record.sequence)
@@ -336,6 +374,6 @@ def _remember_pairs(transcript: Transcript, answered: list[int], state: Conversa
     for ordinal in answered:
         call = transcript.calls[ordinal]
         if state.seen_pairs.first((call.id, call.name, call.arguments), None):
-            state.resolved.first(fingerprint(call.name, call.arguments), call.id)
+            state.resolved.add(call.name, call.arguments, call.id)
             state.pending.items.pop(call.id, None)
             state.names.put(call.id, call.name)
