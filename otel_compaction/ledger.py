@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from time import time_ns
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from otel_compaction._internal_errors import internal_errors
 
@@ -98,16 +98,6 @@ class _Fields:
 
     __slots__ = Obligation.__slots__
 
-    kind: ObligationKind
-    id: str
-    name: str
-    conversation_id: str
-    sequence: int
-    opened_at_ns: int
-    status: ResolutionStatus | None
-    resolved_at_ns: int | None
-    error_type: str | None
-
 
 def _record(
     kind: ObligationKind,
@@ -121,7 +111,7 @@ def _record(
     error_type: str | None,
 ) -> Obligation:
     """``Obligation(...)`` with every field given, for the ledger's hot path."""
-    fields = _Fields()
+    fields: Any = _Fields()  # the slots, typed by `Obligation` once it has its class
     fields.kind = kind
     fields.id = obligation_id
     fields.name = name
@@ -131,8 +121,8 @@ def _record(
     fields.status = status
     fields.resolved_at_ns = resolved_at_ns
     fields.error_type = error_type
-    fields.__class__ = Obligation  # type: ignore[assignment]
-    return fields  # type: ignore[return-value]
+    fields.__class__ = Obligation
+    return cast("Obligation", fields)
 
 
 @dataclass(frozen=True, slots=True)
