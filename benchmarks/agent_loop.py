@@ -15,6 +15,13 @@ reported as a ratio to the floor's, both measured in the same run; the per-turn 
 A shorter run of the same loop with the incremental analysis switched off (every evaluation
 re-reads the whole transcript) shows what the incremental state saves.
 
+With ``--window``, the same turns go through a sliding window instead: a list of at most that
+many messages, rebuilt before every call with the system prompt and the newest messages (the
+oldest drop as new ones arrive, as a framework trimming its history does), so no call is an
+append to the previous one. Its per-turn cost with the incremental state (each message the
+window shares with the previous call keeps its parse and its pattern scans) is shown against
+the same loop without it, and against a fresh parse of the window alone, for scale.
+
 Times are the process's CPU time (`time.process_time`), so that the time a busy machine gives
 to other processes is in no figure. Aims: the loop within 50x of the floor; the per-turn cost
 at 4,000 messages within 2x of the cost at 100. The exit status is 0 whatever the outcome:
@@ -39,7 +46,7 @@ from _report import each_round, keep_best, verdict
 
 from otel_compaction import CompactionGate, GuardedCompactor
 from otel_compaction.errors import CompactionError
-from otel_compaction.transcript import TranscriptBuilder
+from otel_compaction.transcript import Transcript, TranscriptBuilder
 
 RATIO_AIM = 50.0
 FLAT_AIM = 2.0
@@ -129,13 +136,73 @@ def agent_loop(loop: list[Messages], *, incremental: bool) -> Run:
     return run
 
 
+def window_loop(loop: list[Messages], size: int, *, incremental: bool) -> Run:
+    """The loop through a sliding window of at most `size` messages, rebuilt every turn:
+    the first message (the system prompt) and the newest ones."""
+    compactor = GuardedCompactor(budget=10**9)
+    if not incremental:
+        compactor.gate = CompactionGate(
+            compactor.policy, ledger=compactor.ledger, incremental=False
+        )
+    gate = compactor.gate
+    head, history = loop[0][:1], list(loop[0][1:])
+    run = Run()
+    for new in loop[1:]:
+        started = process_time()
+        history = [*history, *new][-(size - 1) :]
+        messages = [*head, *history]
+        compactor.should_compact(messages)
+        with contextlib.suppress(CompactionError):
+            gate.evaluate(messages, 0, max(1, len(messages) // 2), raise_on_refuse=False)
+        seconds = process_time() - started
+        run.total += seconds
+        run.per_turn.append((len(messages), seconds))
+    return run
+
+
+def window_parse(loop: list[Messages], size: int) -> float:
+    """Seconds of a fresh parse of each turn's window, and nothing else."""
+    head, history = loop[0][:1], list(loop[0][1:])
+    total = 0.0
+    for new in loop[1:]:
+        started = process_time()
+        history = [*history, *new][-(size - 1) :]
+        Transcript.parse([*head, *history])
+        total += process_time() - started
+    return total
+
+
+def sliding_window(loop: list[Messages], size: int, rounds: int) -> None:
+    """Measure and print the sliding-window loop: with the incremental state, without it, and
+    a fresh parse of each window."""
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        gc.collect()
+        keep_best(best, "parse", window_parse(loop, size))
+        keep_best(best, "incremental", window_loop(loop, size, incremental=True).total)
+        keep_best(best, "without", window_loop(loop, size, incremental=False).total)
+    calls = len(loop) - 1
+    each = {name: seconds / calls * 1e6 for name, seconds in best.items()}
+    print(
+        f"\n  sliding window of {size:,} messages, rebuilt before each of {calls:,} calls "
+        f"(no call an append), min of {rounds} rounds:"
+    )
+    print(f"    per call, incremental state     {each['incremental']:10.0f} us")
+    print(
+        f"    per call, without it            {each['without']:10.0f} us  "
+        f"({each['without'] / each['incremental']:.1f}x more)"
+    )
+    print(f"    a fresh parse of the window     {each['parse']:10.0f} us  (for scale)")
+
+
 def at_length(run: Run, messages: int) -> float | None:
     """Median seconds of the turns within 5% of `messages` messages."""
     near = [s for n, s in run.per_turn if abs(n - messages) <= max(3, messages * 0.05)]
     return statistics.median(near) if near else None
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(
         description="Time should_compact + evaluate before every model call of a growing "
         "agent loop against incremental pairing (ratios measured in one run; exit status 0)."
@@ -148,9 +215,25 @@ def main(argv: list[str] | None = None) -> int:
         default=300,
         help="turns of the comparison run without incremental state (default 300; 0: none)",
     )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=400,
+        help="messages in the sliding-window loop (default 400; 0: none)",
+    )
+    parser.add_argument(
+        "--window-turns",
+        type=int,
+        default=600,
+        help="turns of the sliding-window loop (default 600)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the turn sizes")
     parser.add_argument("--corpus", help="corpus directory (default: the one the tests read)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     records = load_corpus(corpus_dir(args.corpus))
     loop = turns(conversation([r.messages for r in records]), args.turns, args.seed)
@@ -206,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         growth = last / first
         aim = f"aim <={FLAT_AIM:.0f}x  {verdict(growth <= FLAT_AIM)}"
         print(f"  at {CHECKPOINTS[-1]:,} vs {CHECKPOINTS[0]:,} messages: {growth:.1f}x   {aim}")
+    if args.window:
+        sliding_window(loop[: args.window_turns], args.window, min(args.rounds, 2))
     return 0
 
 

@@ -17,12 +17,13 @@ it was analysed; give such a conversation to `AnalysisCache.forget` (or analyse 
 
 A rebuild does not read every message again: each message that was seen before (the same
 object or an equal one, in the same order; a sliding window drops the oldest messages and
-appends new ones) keeps its parsed reading (`TranscriptBuilder.feed` with ``reused``), and
-only what depends on its neighbours is redone (positions, pairing, closedness, units), so the
-transcript is exactly the one a fresh parse gives. The last message seen is read again, as it
-may have been written in place; the same limit as above holds for the earlier ones. The
-search for seen messages is bounded by a few comparisons per message, so a list that shares
-nothing with the last one costs little more than a fresh parse.
+appends new ones) keeps its parsed reading (`TranscriptBuilder.feed` with ``reused``) and
+what the policy's patterns found in it (`MessageScans.carry`), and only what depends on its
+neighbours is redone (positions, pairing, closedness, units, the rules' folds), so the
+transcript and the analysis are exactly the ones a fresh start gives. The last message seen
+is read again, as it may have been written in place; the same limit as above holds for the
+earlier ones. The search for seen messages is bounded by a few comparisons per message, so a
+list that shares nothing with the last one costs little more than a fresh parse.
 
 State is bounded (least recently used conversations evicted) and thread-safe: one lock per
 conversation, so different conversations are analysed in parallel.
@@ -39,6 +40,7 @@ from typing import Any, TypeVar
 from otel_compaction.analysis import Analysis
 from otel_compaction.ledger import LedgerSnapshot
 from otel_compaction.policy import Policy
+from otel_compaction.rewrites import seen_again
 from otel_compaction.scans import MessageScans
 from otel_compaction.transcript import Transcript, TranscriptBuilder
 
@@ -147,10 +149,11 @@ class TranscriptCache:
             start = _reusable(state, listed, policy)
             previous: TranscriptBuilder | None = None
             reused: list[int] | None = None
+            scans = state.scans
             if start is None:
                 previous, seen = state.builder, state.seen
                 if seen and len(previous) == len(seen):
-                    reused, count = _seen_again(seen, listed)
+                    reused, count = seen_again(seen, listed)
                     self.stats.reused += count
                 state.reset(policy)
                 start = 0
@@ -162,6 +165,15 @@ class TranscriptCache:
             except Exception:
                 state.reset(policy)  # nothing half-fed is kept
                 raise
+            if (
+                reused is not None
+                and previous is not None
+                and scans is not None
+                and (scans.policy is policy)
+            ):
+                # What the policy's patterns found in each kept message holds where it is now.
+                assert state.scans is not None
+                state.scans.carry(scans, reused, previous, state.builder)
             if start == 0:
                 state.seen = listed.copy()
             state.last = _content(listed[-1]) if listed else ""
@@ -233,34 +245,3 @@ def _reusable(state: _Conversation, messages: list[Any], policy: Policy | None) 
         del seen[count:]
         return None
     return count
-
-
-def _seen_again(seen: list[Any], messages: list[Any]) -> tuple[list[int], int]:
-    """For each of `messages`, the index of the seen message it is again (the same object or an
-    equal one), or -1; and how many were found. Seen messages are matched in order, the search
-    bounded to about two comparisons per seen message; the last one seen is never matched (it
-    may have been written in place since)."""
-    count = len(seen) - 1
-    found = [-1] * len(messages)
-    matched = 0
-    budget = 2 * count + 16  # comparisons left for searching past a message not seen
-    expected = 0  # the seen message the next one should be, when the order is kept
-    for index, message in enumerate(messages):
-        if expected >= count:
-            break
-        candidate = seen[expected]
-        if message is not candidate and message != candidate:
-            if budget <= 0:
-                continue
-            try:
-                # Identity first, then equality, in C.
-                at = seen.index(message, expected + 1, count)
-            except ValueError:
-                budget -= count - expected - 1
-                continue
-            budget -= at - expected
-            expected = at
-        found[index] = expected
-        expected += 1
-        matched += 1
-    return found, matched

@@ -35,6 +35,15 @@ something was not the case, or the call was refused before it ran."""
 _COMMAND_KEYS: Final = frozenset({"command", "cmd", "script"})
 
 
+class _Read(Protocol):
+    """What a parse holds of its messages (a `Transcript` or a `TranscriptBuilder`)."""
+
+    @property
+    def entries(self) -> Sequence[Entry]: ...
+    @property
+    def results(self) -> Sequence[ToolResult]: ...
+
+
 class _Folding(Protocol):
     upto: int
     """Messages folded so far."""
@@ -122,6 +131,42 @@ class MessageScans:
         self._known: dict[str, str] = {}
         self._roles: dict[str, str] = {}
         self._folds: dict[str, Any] = {}
+
+    def carry(self, old: MessageScans, reused: Sequence[int], before: _Read, after: _Read) -> int:
+        """Take over what `old` found in each message a rewrite kept, and return how many
+        such messages there were. ``reused[i]`` is the index in `before` of the message read
+        at `i` in `after` (-1 for a message read anew): every scan here reads one message
+        alone, so a kept message's answers hold at its new place. The folds, which read the
+        messages in order, start over; so does everything of a message read anew."""
+        self._known, self._roles = old._known, old._roles
+        identifiers, promises, subjects = old._identifiers, old._promises, old._subjects
+        outcomes, kept = old._outcomes, 0
+        carried: dict[int, Outcome] = {}
+        for index, source in enumerate(reused):
+            if source < 0:
+                continue
+            kept += 1
+            found = identifiers.get(source)
+            if found is not None:
+                self._identifiers[index] = found
+            said = promises.get(source)
+            if said is not None:
+                self._promises[index] = said
+            was, now = before.entries[source], after.entries[index]
+            if subjects:
+                for ordinal, placed in zip(was.calls, now.calls, strict=True):
+                    about = subjects.get(ordinal)
+                    if about is not None:
+                        self._subjects[placed] = about
+            for ordinal, placed in zip(was.results, now.results, strict=True):
+                if ordinal < len(outcomes):
+                    carried[placed] = outcomes[ordinal]
+        if carried:
+            self._outcomes = [
+                carried[r.ordinal] if r.ordinal in carried else self._outcome(r)
+                for r in after.results
+            ]
+        return kept
 
     def outcomes(self, results: Sequence[ToolResult]) -> list[Outcome]:
         """The outcome of every result, in order."""

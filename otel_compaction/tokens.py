@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from otel_compaction.rewrites import seen_again
+
 __all__ = [
     "ENCODING",
     "MessageTokens",
@@ -136,22 +138,35 @@ class MessageTokens:
             return self._sum
 
     def _update(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        listed = _as_list(messages)
         seen, counts = self._seen, self._counts
-        keep = max(0, len(seen) - 1)  # the last message seen is counted again: it may have grown
-        if len(messages) <= keep:
-            keep = 0
-        self._sum -= sum(counts[keep:])
-        del seen[keep:]
-        del counts[keep:]
-        # The messages kept are compared with the new list whole (by identity first, then by
-        # value) once the new ones have joined them, so that no copy of the history is made.
-        seen.extend(messages[keep:])
-        if keep and seen != _as_list(messages):
-            keep = 0
-            seen[:] = messages
-            counts.clear()
-            self._sum = 0
-        for message in seen[keep:]:
-            count = self.count(message)
-            counts.append(count)
-            self._sum += count
+        keep = len(seen) - 1  # the last message seen is counted again: it may have grown
+        if 0 < keep < len(listed):
+            last, last_count = seen[keep], counts[keep]
+            del seen[keep:], counts[keep:]
+            # The messages kept are compared with the new list whole (by identity first, then
+            # by value) once the new ones have joined them, so that no copy of the history is
+            # made.
+            seen.extend(listed[keep:])
+            if seen == listed:
+                self._sum -= last_count
+                for message in seen[keep:]:
+                    count = self.count(message)
+                    counts.append(count)
+                    self._sum += count
+                return
+            del seen[keep:]
+            seen.append(last)
+            counts.append(last_count)
+        self._rewritten(listed)
+
+    def _rewritten(self, messages: list[Any]) -> None:
+        """Count a list that is not the last one grown: each message seen before (a sliding
+        window, a truncation, a compaction keep most of them) keeps its count."""
+        found = seen_again(self._seen, messages)[0] if self._seen else [-1] * len(messages)
+        before, count = self._counts, self.count
+        counts = [
+            before[at] if at >= 0 else count(message)
+            for at, message in zip(found, messages, strict=True)
+        ]
+        self._seen, self._counts, self._sum = messages.copy(), counts, sum(counts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def test_should_compact_costs_the_new_messages() -> None:
     assert compactor.token_counts.counted <= 2 * len(messages)
 
 
-def test_an_edited_shortened_or_rebuilt_transcript_is_counted_afresh() -> None:
+def test_an_edited_shortened_or_rebuilt_transcript_totals_as_a_fresh_count() -> None:
     """Whatever the list became since the last call, the total is that of a fresh count: an
     earlier message replaced, the list cut short, equal messages rebuilt, a tuple."""
     tokens = MessageTokens(char_estimate)
@@ -93,3 +94,37 @@ def test_an_edited_shortened_or_rebuilt_transcript_is_counted_afresh() -> None:
     assert tokens.total(rebuilt) == fresh(rebuilt)
     assert tokens.counted - counted == 1  # equal objects carry over; the last is counted again
     assert tokens.total(tuple(messages)) == fresh(messages)
+
+
+def test_a_sliding_window_counts_only_the_messages_it_has_not_seen() -> None:
+    """A window that drops the oldest messages and appends new ones (a new list of new, equal
+    objects each call) counts the new messages and the previous last one, nothing else."""
+    tokens = MessageTokens(char_estimate)
+    history = [{"role": "user", "content": f"turn {k} " + "x" * k} for k in range(300)]
+    system = {"role": "system", "content": "You operate the fleet."}
+    for end in range(40, 300, 3):
+        window = [dict(system)] + [dict(m) for m in history[end - 30 : end]]
+        counted = tokens.counted
+        assert tokens.total(window) == MessageTokens(char_estimate).total(window)
+        if end > 40:
+            assert tokens.counted - counted == 4  # three new ones and the previous last
+
+
+def test_random_rewrites_total_as_a_fresh_count() -> None:
+    rng = random.Random(11)
+    pool = [{"role": "user", "content": "x" * rng.randrange(200)} for _ in range(60)]
+    tokens = MessageTokens(char_estimate)
+    messages = pool[:20]
+    for _ in range(300):
+        roll = rng.random()
+        if roll < 0.3:
+            messages = messages[rng.randrange(len(messages) + 1) :] + rng.sample(pool, 3)
+        elif roll < 0.5:
+            messages = messages[: rng.randrange(len(messages) + 1)]
+        elif roll < 0.7 and messages:
+            messages = list(messages)
+            messages[rng.randrange(len(messages))] = rng.choice(pool)
+        else:
+            messages = messages + rng.sample(pool, 2)
+        assert tokens.total(messages) == MessageTokens(char_estimate).total(messages)
+        assert tokens.per_message(messages) == MessageTokens(char_estimate).per_message(messages)

@@ -2,7 +2,8 @@
 parse of every message it shares with the previous request of its conversation, and the
 result is exactly the transcript a fresh parse gives: every entry, call, result, closed cut
 and unit, field by field, on random transcripts (with reused call ids, parallel calls, server
-tools, Responses items, thinking loops) and on the corpus."""
+tools, Responses items, thinking loops) and on the corpus. The gate also keeps what the
+policy's patterns found in each shared message, and decides exactly as a fresh gate."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 
 import pytest
 from conftest import Transcript as Record
-from test_incremental import random_transcript
+from test_incremental import answers, random_transcript
 
+from otel_compaction import CompactionGate, Policy, identifiers
 from otel_compaction.errors import TranscriptError
 from otel_compaction.incremental import TranscriptCache
 from otel_compaction.transcript import Transcript
@@ -122,6 +124,15 @@ def rewrite(rng: random.Random, messages: Messages, pool: Messages) -> Messages:
     return messages + fresh(rng.randrange(1, 4))  # an append
 
 
+def random_pool(seed: int) -> Messages:
+    """A random transcript to rewrite: server tools and thinking loops for odd seeds, chat
+    turns with reused ids and parallel calls for even ones."""
+    rng = random.Random(seed)
+    if seed % 2:
+        return server_tool_turns(rng, rng.randrange(5, 25))
+    return random_transcript(rng, rng.randrange(10, 60))
+
+
 def walk(cache: TranscriptCache, start: Messages, pool: Messages, seed: int, steps: int) -> None:
     """`steps` random rewrites from `start`, each parsed by `cache` and compared."""
     rng = random.Random(seed)
@@ -133,11 +144,7 @@ def walk(cache: TranscriptCache, start: Messages, pool: Messages, seed: int, ste
 
 @pytest.mark.parametrize("seed", range(40))
 def test_random_rewrites_of_random_transcripts_parse_as_fresh(seed: int) -> None:
-    rng = random.Random(seed)
-    if seed % 2:
-        pool = server_tool_turns(rng, rng.randrange(5, 25))
-    else:
-        pool = random_transcript(rng, rng.randrange(10, 60))
+    pool = random_pool(seed)
     cache = TranscriptCache()
     walk(cache, pool, pool, seed, 40)
     assert cache.stats.built > 10  # rewrites, not appends
@@ -231,3 +238,76 @@ def test_a_list_that_shares_nothing_is_parsed_whole() -> None:
     cache.parse(first, key="c")
     assert_same(cache.parse(other, key="c"), other)
     assert cache.stats.reused == 0
+
+
+def analyse_walk(policy: Policy, pool: Messages, seed: int, steps: int) -> CompactionGate:
+    """`steps` random rewrites from `pool`, each answered by one incremental gate and by a
+    fresh one: decisions, findings, must_carry, closed cuts and obligations all equal."""
+    rng = random.Random(seed)
+    gate = CompactionGate(policy)
+    messages = list(pool)
+    for step in range(steps):
+        messages = rewrite(rng, messages, pool) or [pool[0]]
+        fresh = CompactionGate(policy, incremental=False)
+        assert answers(gate, messages, "c") == answers(fresh, messages, "c"), (
+            f"seed {seed}, step {step}"
+        )
+    return gate
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_rewrites_of_random_transcripts_decide_as_fresh(seed: int) -> None:
+    pool = random_pool(seed)
+    policy = Policy.load(("default", "strict", "lenient")[seed % 3])
+    gate = analyse_walk(policy, pool, seed, 25)
+    assert gate.cache is not None
+    assert gate.cache.stats.built > 5
+    assert gate.cache.stats.reused > 0
+
+
+def test_random_rewrites_of_corpus_transcripts_decide_as_fresh(corpus: list[Record]) -> None:
+    policy = Policy.load("default")
+    reused = 0
+    for number, record in enumerate(corpus[::5]):
+        gate = analyse_walk(policy, record.messages, number, 6)
+        assert gate.cache is not None
+        reused += gate.cache.stats.reused
+    assert reused > 0
+
+
+def test_a_sliding_window_scans_only_the_messages_it_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gate's patterns read a shared message once: after a window moves, only the texts
+    of the messages parsed anew (the new pair and the previous last one) are scanned."""
+    scanned: list[str] = []
+    find = identifiers.find_identifiers
+
+    def counting(text: str, *args: Any, **kwargs: Any) -> list[str]:
+        scanned.append(text)
+        return find(text, *args, **kwargs)
+
+    monkeypatch.setattr("otel_compaction.scans.find_identifiers", counting)
+
+    def pair(k: int) -> Messages:
+        function = {"name": "book", "arguments": json.dumps({"code": f"ZF{k:03}Y"})}
+        call = {"id": f"call_{k}", "type": "function", "function": function}
+        return [
+            {"role": "assistant", "content": f"Booking ZF{k:03}Y.", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call_{k}", "content": f"booked ZF{k:03}Y"},
+        ]
+
+    gate = CompactionGate("default")
+    system = {"role": "system", "content": "You book flights."}
+    for n in range(8, 16):
+        messages = [dict(system)] + [m for k in range(n - 7, n) for m in pair(k)]
+        scanned.clear()
+        got = answers(gate, messages, "w")
+        read = sorted(scanned)
+        assert got == answers(CompactionGate(gate.policy, incremental=False), messages, "w")
+        if n > 8:
+            # The previous last result, the new call (its text and arguments) and its result.
+            assert read == sorted(
+                [f"booked ZF{n - 2:03}Y", f"Booking ZF{n - 1:03}Y.",
+                 json.dumps({"code": f"ZF{n - 1:03}Y"}), f"booked ZF{n - 1:03}Y"]
+            )  # fmt: skip
