@@ -165,15 +165,8 @@ class TranscriptCache:
             except Exception:
                 state.reset(policy)  # nothing half-fed is kept
                 raise
-            if (
-                reused is not None
-                and previous is not None
-                and scans is not None
-                and (scans.policy is policy)
-            ):
-                # What the policy's patterns found in each kept message holds where it is now.
-                assert state.scans is not None
-                state.scans.carry(scans, reused, previous, state.builder)
+            if reused is not None and previous is not None:
+                _carry_scans(state, scans, reused, previous)
             if start == 0:
                 state.seen = listed.copy()
             state.last = _content(listed[-1]) if listed else ""
@@ -245,3 +238,13 @@ def _reusable(state: _Conversation, messages: list[Any], policy: Policy | None) 
         del seen[count:]
         return None
     return count
+
+
+def _carry_scans(
+    state: _Conversation, old: MessageScans | None, reused: list[int], previous: TranscriptBuilder
+) -> None:
+    """Let the rebuilt `state` take over what the policy's patterns found in each message it
+    kept of `previous` (under `old`'s policy only: a change of policy takes nothing over)."""
+    new = state.scans
+    if old is not None and new is not None and old.policy is new.policy:
+        new.carry(old, reused, previous, state.builder)

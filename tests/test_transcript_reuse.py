@@ -18,7 +18,7 @@ from test_incremental import answers, random_transcript
 
 from otel_compaction import CompactionGate, Policy, identifiers
 from otel_compaction.errors import TranscriptError
-from otel_compaction.incremental import TranscriptCache
+from otel_compaction.incremental import AnalysisCache, TranscriptCache
 from otel_compaction.transcript import Transcript
 
 Messages = list[Any]
@@ -311,3 +311,34 @@ def test_a_sliding_window_scans_only_the_messages_it_reads(
                 [f"booked ZF{n - 2:03}Y", f"Booking ZF{n - 1:03}Y.",
                  json.dumps({"code": f"ZF{n - 1:03}Y"}), f"booked ZF{n - 1:03}Y"]
             )  # fmt: skip
+
+
+def test_a_rewrite_under_another_policy_takes_no_scans_over() -> None:
+    """One conversation analysed under one policy, then rewritten (its last message edited)
+    and analysed under another: what the first policy's patterns found is not the second's."""
+    arguments = json.dumps({"user_id": "mia_li_3668"})
+    call = {"id": "c1", "type": "function", "function": {"name": "find", "arguments": arguments}}
+    base: Messages = [
+        {"role": "system", "content": "You change bookings."},
+        {"role": "user", "content": "Move my booking, I am mia_li_3668."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ZFA04Y, ticket 4417730215"},
+        {"role": "assistant", "content": "Booking ZFA04Y, ticket 4417730215: which date?"},
+        {"role": "user", "content": "The 12th."},
+    ]
+    default = Policy.load("default")
+    data = default.model_dump()
+    data["name"] = "digits"
+    data["patterns"]["identifiers"]["patterns"] = [r"\d{8,}"]
+    digits = Policy.model_validate(data)
+    cache = AnalysisCache()
+    carried: dict[str, tuple[str, ...]] = {}
+    for turn, policy in enumerate((default, digits, default, digits)):
+        messages = [*base[:-1], {"role": "user", "content": f"The {12 + turn}th."}]
+        checker = CompactionGate(policy, incremental=False)
+        got = checker.evaluate(cache.analyse(messages, policy, key="c"), 1, 4)
+        assert got == checker.evaluate(messages, 1, 4), f"turn {turn}, {policy.name}"
+        carried[policy.name] = got.must_carry.identifiers
+    assert cache.stats.reused > 0
+    assert "ZFA04Y" in carried["default"]
+    assert carried["digits"] == ("4417730215",)
