@@ -35,8 +35,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.analysis import Analysis
 from otel_compaction.ledger import LedgerSnapshot
 from otel_compaction.policy import Policy
@@ -47,6 +48,8 @@ from otel_compaction.transcript import Transcript, TranscriptBuilder
 __all__ = ["DEFAULT_MAX_CONVERSATIONS", "AnalysisCache", "CacheStats", "TranscriptCache"]
 
 _T = TypeVar("_T")
+
+_CARRYING: Final = internal_errors("taking over the scans of a rewritten conversation")
 
 DEFAULT_MAX_CONVERSATIONS = 1_024
 """Conversations kept when the gate has no ledger to take the bound from."""
@@ -247,4 +250,8 @@ def _carry_scans(
     kept of `previous` (under `old`'s policy only: a change of policy takes nothing over)."""
     new = state.scans
     if old is not None and new is not None and old.policy is new.policy:
-        new.carry(old, reused, previous, state.builder)
+        try:
+            new.carry(old, reused, previous, state.builder)
+        except Exception as fault:  # scanning afresh is always right, only slower
+            _CARRYING.failed(fault)
+            state.scans = MessageScans(new.policy)

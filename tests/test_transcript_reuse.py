@@ -19,6 +19,7 @@ from test_incremental import answers, random_transcript
 from otel_compaction import CompactionGate, Policy, identifiers
 from otel_compaction.errors import TranscriptError
 from otel_compaction.incremental import AnalysisCache, TranscriptCache
+from otel_compaction.scans import MessageScans
 from otel_compaction.transcript import Transcript
 
 Messages = list[Any]
@@ -342,3 +343,19 @@ def test_a_rewrite_under_another_policy_takes_no_scans_over() -> None:
     assert cache.stats.reused > 0
     assert "ZFA04Y" in carried["default"]
     assert carried["digits"] == ("4417730215",)
+
+
+def test_a_fault_taking_scans_over_scans_afresh(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Taking scans over only saves time: if it fails, the rewrite is scanned afresh and
+    decides as a fresh gate, and the fault is logged."""
+
+    def broken(*_: Any) -> int:
+        raise RuntimeError("carry")
+
+    monkeypatch.setattr(MessageScans, "carry", broken)
+    pool = random_pool(6)
+    gate = analyse_walk(Policy.load("default"), pool, 6, 8)
+    assert gate.cache is not None and gate.cache.stats.reused > 0
+    assert "taking over the scans of a rewritten conversation failed" in caplog.text
