@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, cast
 from otel_compaction.identifiers import candidates, find_identifiers, is_path
 from otel_compaction.patterns import Scan
 from otel_compaction.policy import Policy
-from otel_compaction.transcript import Entry, ToolCall, ToolResult, Transcript
+from otel_compaction.transcript import Entry, ToolCall, ToolResult, Transcript, TranscriptBuilder
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -33,15 +33,6 @@ Outcome = Literal["success", "silent", "failure", "absence", "rejection"]
 something was not the case, or the call was refused before it ran."""
 
 _COMMAND_KEYS: Final = frozenset({"command", "cmd", "script"})
-
-
-class _Read(Protocol):
-    """What a parse holds of its messages (a `Transcript` or a `TranscriptBuilder`)."""
-
-    @property
-    def entries(self) -> Sequence[Entry]: ...
-    @property
-    def results(self) -> Sequence[ToolResult]: ...
 
 
 class _Folding(Protocol):
@@ -132,20 +123,25 @@ class MessageScans:
         self._roles: dict[str, str] = {}
         self._folds: dict[str, Any] = {}
 
-    def carry(self, old: MessageScans, reused: Sequence[int], before: _Read, after: _Read) -> int:
-        """Take over what `old` found in each message a rewrite kept, and return how many
-        such messages there were. ``reused[i]`` is the index in `before` of the message read
-        at `i` in `after` (-1 for a message read anew): every scan here reads one message
-        alone, so a kept message's answers hold at its new place. The folds, which read the
-        messages in order, start over; so does everything of a message read anew."""
+    def carry(
+        self,
+        old: MessageScans,
+        reused: Sequence[int],
+        before: TranscriptBuilder,
+        after: TranscriptBuilder,
+    ) -> None:
+        """Take over what `old` found in each message a rewrite kept. ``reused[i]`` is the
+        index in `before` of the message read at `i` in `after` (-1 for a message read anew):
+        every scan here reads one message alone, so a kept message's answers hold at its new
+        place. The folds, which read the messages in order, start over; so does everything of
+        a message read anew."""
         self._known, self._roles = old._known, old._roles
         identifiers, promises, subjects = old._identifiers, old._promises, old._subjects
-        outcomes, kept = old._outcomes, 0
+        outcomes = old._outcomes
         carried: dict[int, Outcome] = {}
         for index, source in enumerate(reused):
             if source < 0:
                 continue
-            kept += 1
             found = identifiers.get(source)
             if found is not None:
                 self._identifiers[index] = found
@@ -166,7 +162,6 @@ class MessageScans:
                 carried[r.ordinal] if r.ordinal in carried else self._outcome(r)
                 for r in after.results
             ]
-        return kept
 
     def outcomes(self, results: Sequence[ToolResult]) -> list[Outcome]:
         """The outcome of every result, in order."""

@@ -142,22 +142,18 @@ class MessageTokens:
         seen, counts = self._seen, self._counts
         keep = len(seen) - 1  # the last message seen is counted again: it may have grown
         if 0 < keep < len(listed):
-            last, last_count = seen[keep], counts[keep]
-            del seen[keep:], counts[keep:]
-            # The messages kept are compared with the new list whole (by identity first, then
+            # The messages seen are compared with the new list whole (by identity first, then
             # by value) once the new ones have joined them, so that no copy of the history is
-            # made.
-            seen.extend(listed[keep:])
+            # made; the last one seen is the same object when it was written in place.
+            seen.extend(listed[keep + 1 :])
             if seen == listed:
-                self._sum -= last_count
+                self._sum -= counts.pop()
                 for message in seen[keep:]:
                     count = self.count(message)
                     counts.append(count)
                     self._sum += count
                 return
-            del seen[keep:]
-            seen.append(last)
-            counts.append(last_count)
+            del seen[keep + 1 :]
         self._rewritten(listed)
 
     def _rewritten(self, messages: list[Any]) -> None:

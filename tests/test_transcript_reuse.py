@@ -351,7 +351,7 @@ def test_a_fault_taking_scans_over_scans_afresh(
     """Taking scans over only saves time: if it fails, the rewrite is scanned afresh and
     decides as a fresh gate, and the fault is logged."""
 
-    def broken(*_: Any) -> int:
+    def broken(*_: Any) -> None:
         raise RuntimeError("carry")
 
     monkeypatch.setattr(MessageScans, "carry", broken)
