@@ -381,19 +381,31 @@ class GuardedCompactor:
         force: bool = False,
         end: int | None = None,
     ) -> CompactionResult:
-        """`compact`; on a refusal over open obligations, `force_terminal` them and retry once."""
-        try:
-            return self.compact(
-                messages, conversation_id=conversation_id, critical=critical, force=force, end=end
-            )
-        except SummaryRejected:
-            raise
-        except CompactionRefused as refused:
-            if not self.force_terminal(refused, conversation_id=conversation_id):
+        """`compact`; on a refusal over open obligations, `force_terminal` what it names and
+        ask again, until the gate compacts.
+
+        Every round discharges at least one obligation no earlier round named (a refusal names
+        what actually blocks, the obligation that stops an extension included), so it ends: in
+        a compaction, or in the refusal that names nothing left to discharge (a rule that is
+        not an obligation, such as a negative result that the policy blocks on), which is raised.
+        """
+        forced: set[ObligationRef] = set()
+        while True:
+            try:
+                return self.compact(
+                    messages,
+                    conversation_id=conversation_id,
+                    critical=critical,
+                    force=force,
+                    end=end,
+                )
+            except SummaryRejected:
                 raise
-            return self.compact(
-                messages, conversation_id=conversation_id, critical=critical, force=force, end=end
-            )
+            except CompactionRefused as refused:
+                fresh = set(refused.obligations) - forced
+                if not fresh or not self.force_terminal(refused, conversation_id=conversation_id):
+                    raise
+                forced |= fresh
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from otel_compaction.errors import (
 from otel_compaction.incremental import DEFAULT_MAX_CONVERSATIONS, AnalysisCache
 from otel_compaction.ledger import DEFAULT_CONVERSATION, LedgerSnapshot, ObligationLedger, Orphan
 from otel_compaction.policy import Policy
-from otel_compaction.rules import RULES, Finding, ObligationRef, SpanView, run_rules
+from otel_compaction.rules import RULES, Finding, ObligationRef, SpanView, Tracked, run_rules
 from otel_compaction.sources import ObligationSource, ObligationSources, SourceReading
 from otel_compaction.transcript import Transcript
 
@@ -410,7 +410,7 @@ def _decide(
             **extra,
         )
 
-    extended_end = _extension(analysis, start, end, addressable, critical)
+    extended_end, stoppers = _extension(analysis, start, end, addressable, critical)
     for candidate in dict.fromkeys((extended_end, end)):
         findings = run_rules(SpanView(analysis, start, candidate, addressable))
         if not any(f.severity == "block" for f in findings):
@@ -424,6 +424,8 @@ def _decide(
 
     blocking = [f for f in findings if f.severity == "block"]
     named = tuple(dict.fromkeys(f.obligation for f in blocking if f.obligation is not None))
+    if stoppers:
+        named = _extension_blockers(analysis, start, end, named, stoppers)
     if not critical:
         deferred = _deferral(analysis, start, blocking, addressable)
         if deferred is not None:
@@ -481,23 +483,28 @@ def _over_orphans(decision: Decision, orphans: tuple[Orphan, ...]) -> Decision:
     )
 
 
-def _extension(analysis: Analysis, start: int, end: int, addressable: bool, critical: bool) -> int:
+def _extension(
+    analysis: Analysis, start: int, end: int, addressable: bool, critical: bool
+) -> tuple[int, list[Tracked]]:
     """The first cut at or after `end` that closes every blocking obligation arising in the
-    span, or `end` itself when none exists within the extension limit."""
+    span, or `end` itself when none exists within the extension limit; with what stopped the
+    extension then: the blocking obligations that never resolve, or resolve past the limit
+    (discharging those, not the calls whose results are already there, lets it proceed)."""
     # When the budget is critical the only alternative is a refusal, and compacting more than
     # asked is safe, so the limit gives way.
     limit = len(analysis.transcript) if critical else end + analysis.policy.extension_limit
     target = end
     blocking = analysis.blocking_rules(addressable)
+    stoppers: list[Tracked] = []
     # Only what the span leaves unresolved at `end` moves the target; then what arises in
     # the messages the extension takes in.
     for tracked in analysis.unresolved_in(start, end):
         if tracked.rule in blocking:
             if tracked.resolved is None:
-                return end
+                return end, []  # the span itself holds it: its finding names it
             target = max(target, tracked.resolved + 1)
     if target > limit:
-        return end
+        return end, []
     obligations = analysis.obligations
     i = analysis.obligations_index(end)
     while i < len(obligations) and obligations[i].opened < target:
@@ -505,14 +512,36 @@ def _extension(analysis: Analysis, start: int, end: int, addressable: bool, crit
         i += 1
         if tracked.rule not in blocking:
             continue
-        if tracked.resolved is None:
-            return end
+        if tracked.resolved is None or tracked.resolved + 1 > limit:
+            stoppers.append(tracked)
+            continue
         target = max(target, tracked.resolved + 1)
-        if target > limit:
-            return end
+    if stoppers:
+        return end, stoppers
     if target != end and not analysis.pair_closed[target]:
-        return end
-    return target
+        return end, []
+    return target, []
+
+
+def _extension_blockers(
+    analysis: Analysis,
+    start: int,
+    end: int,
+    named: tuple[ObligationRef, ...],
+    stoppers: list[Tracked],
+) -> tuple[ObligationRef, ...]:
+    """What a refusal names when the span would close by extending it but for `stoppers`:
+    the span's own obligations whose resolution is not in the transcript, then the stoppers.
+    The span's calls whose results stand after it are left out: discharging them changes
+    nothing, so naming them would bring the same refusal back forever."""
+    resolved_later = {
+        (t.kind, t.id, t.opened)
+        for t in analysis.unresolved_in(start, end)
+        if t.resolved is not None
+    }
+    kept = [r for r in named if (r.kind, r.id, r.message_index) not in resolved_later]
+    kept += (ObligationRef(t.kind, t.id, t.opened, t.name, analysis.subjects(t)) for t in stoppers)
+    return tuple(dict.fromkeys(kept))
 
 
 def _deferral(
