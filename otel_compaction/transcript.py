@@ -368,10 +368,12 @@ def _dump(value: Any) -> str:
 
 
 def _require_id(value: Any, what: str, index: int) -> str:
-    if isinstance(value, str) and value:
+    """A call's or result's id; ``""`` for one without an id (``""`` or absent, as some
+    OpenAI-compatible servers send them), which pairs by position (see `_add_result`)."""
+    if isinstance(value, str):
         return value
-    if value is None or value == "":
-        raise TranscriptError(f"{what} has no id", message_index=index)
+    if value is None:
+        return ""
     raise TranscriptError(
         f"{what} has an id of type {type(value).__name__}, expected a string",
         message_index=index,
@@ -566,9 +568,11 @@ class TranscriptBuilder:
         if own is not None and self.calls[own].result is None:
             result.call = own
             self._answer(own, ordinal)
-        elif waiting:
+        elif waiting and (call_id or len(waiting) == 1):
             # The call it follows: the latest one still waiting (ids reused while a call is
-            # open pair as the providers pair them).
+            # open pair as the providers pair them). A result without an id pairs by position
+            # only while one call without an id waits: with several, which one it answers
+            # cannot be known, so it pairs with none and they stay open (a refusal says so).
             result.call = waiting.pop()
             self._answer(result.call, ordinal)
             if not waiting:  # freed now rather than kept alive (and GC-scanned) to the end

@@ -559,10 +559,13 @@ def test_an_unreadable_history_is_held_not_compacted(
     guarded = CompactionGuardSession(
         compaction_session("chat-11", endpoint), pipeline.telemetry.gate("default")
     )
-    unreadable = [{"role": "user", "content": "go"}, {"type": "function_call", "name": "x"}]
+    unreadable = [
+        {"role": "user", "content": "go"},
+        {"type": "function_call", "call_id": 7, "name": "x"},
+    ]
     asyncio.run(guarded.add_items(unreadable))
 
-    with pytest.raises(TranscriptError, match="message 1: function_call has no id"):
+    with pytest.raises(TranscriptError, match="message 1: function_call has an id of type int"):
         asyncio.run(guarded.evaluate())
     asyncio.run(guarded.run_compaction({"force": True}))  # the Runner's call must not fail
 

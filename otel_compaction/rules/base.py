@@ -112,7 +112,8 @@ class ObligationRef:
     def describe(self) -> str:
         """``tool_call search (call_1) at message 4``."""
         where = f" at message {self.message_index}" if self.message_index is not None else ""
-        label = f"{self.name} ({self.id})" if self.name and self.name != self.id else self.id
+        shown = self.id or "without an id"
+        label = f"{self.name} ({shown})" if self.name and self.name != self.id else shown
         return f"{self.kind} {label}{where}"
 
     @property
@@ -166,6 +167,12 @@ class Rule:
 
 
 def _detail(tracked: Tracked, what: str, end: int) -> str:
+    if tracked.resolved is None and not tracked.id:
+        return (
+            f"{what} {tracked.name!r} (without an id) is never resolved: no result could be "
+            "paired with it by position, as several calls without an id were waiting; give "
+            "each call an id"
+        )
     if tracked.resolved is None:
         return f"{what} {tracked.name!r} ({tracked.id}) is never resolved"
     return (
