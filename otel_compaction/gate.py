@@ -41,7 +41,15 @@ from otel_compaction.errors import (
 from otel_compaction.incremental import DEFAULT_MAX_CONVERSATIONS, AnalysisCache
 from otel_compaction.ledger import DEFAULT_CONVERSATION, LedgerSnapshot, ObligationLedger, Orphan
 from otel_compaction.policy import Policy
-from otel_compaction.rules import RULES, Finding, ObligationRef, SpanView, Tracked, run_rules
+from otel_compaction.rules import (
+    RULE_OF_KIND,
+    RULES,
+    Finding,
+    ObligationRef,
+    SpanView,
+    Tracked,
+    run_rules,
+)
 from otel_compaction.sources import ObligationSource, ObligationSources, SourceReading
 from otel_compaction.transcript import Transcript
 
@@ -441,17 +449,6 @@ def _decide(
     return decision("refuse", requested, obligations=named, findings=tuple(findings))
 
 
-# The rule that names an open obligation of each kind, for a refusal over an orphan.
-_OPEN_RULE = {
-    "tool_call": "open_tool_call",
-    "transaction": "open_transaction",
-    "retry": "pending_retry",
-    "commitment": "dangling_commitment",
-    "background_task": "open_background_task",
-    "tool_result": "unmatched_result",
-}
-
-
 def _over_orphans(decision: Decision, orphans: tuple[Orphan, ...]) -> Decision:
     """`decision` knowing the conversation's orphans; refused when it compacts or defers
     over one (deferring waits for a resolution an orphan never gets)."""
@@ -469,7 +466,7 @@ def _over_orphans(decision: Decision, orphans: tuple[Orphan, ...]) -> Decision:
         ref = refs[(o.kind, o.id)]
         if ref not in named:
             named.append(ref)
-        rule = _OPEN_RULE.get(o.kind, "ledger_mismatch")
+        rule = RULE_OF_KIND.get(o.kind, "ledger_mismatch")
         findings.append(Finding(rule, ref.message_index, orphan.describe(), "block", ref))
     return replace(
         decision,

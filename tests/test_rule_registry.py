@@ -88,3 +88,18 @@ def test_the_readme_verification_example_runs_as_printed() -> None:
         exec(compile(block, "README.md", "exec"), {})
     printed = [line[2:].strip() for line in block.splitlines() if line.startswith("# ")]
     assert out.getvalue().split() == " ".join(printed).split()
+
+
+def test_every_ledger_kind_is_declared_by_one_rule_with_its_discharge() -> None:
+    from typing import get_args
+
+    from otel_compaction.ledger import ObligationKind
+    from otel_compaction.rules import DISCHARGE, RULE_OF_KIND, remedy
+
+    for kind in get_args(ObligationKind):
+        declaring = [r.name for r in RULES.values() if r.discharge and r.discharge.kind == kind]
+        assert declaring == [RULE_OF_KIND[kind]], kind
+        assert DISCHARGE[kind], kind
+        assert "force_terminal()" in remedy(kind), kind
+    # The background task, which two tables once disagreed on, has one rule.
+    assert RULE_OF_KIND["background_task"] == "open_background_task"

@@ -9,22 +9,31 @@ is ``off`` is not checked. Adding a rule is one module here and one line in the 
 from __future__ import annotations
 
 from otel_compaction.rules.base import (
-    DISCHARGE,
+    Discharge,
     Finding,
     ObligationRef,
     Rule,
     Severity,
     SpanView,
     Tracked,
-    remedy,
 )
-from otel_compaction.rules.registry import BUILTIN_POLICIES, RULE_NAMES, RULES, severities_of
+from otel_compaction.rules.registry import (
+    BUILTIN_POLICIES,
+    DISCHARGE,
+    RULE_NAMES,
+    RULE_OF_KIND,
+    RULES,
+    remedy,
+    severities_of,
+)
 
 __all__ = [
     "BUILTIN_POLICIES",
     "DISCHARGE",
     "RULES",
     "RULE_NAMES",
+    "RULE_OF_KIND",
+    "Discharge",
     "Finding",
     "ObligationRef",
     "Rule",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, straddling
+from otel_compaction.rules.base import Discharge, Finding, Rule, SpanView, Tracked, straddling
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -35,4 +35,5 @@ def atomicity_rule(name: str, what: str, summary: str) -> Rule:
         severities={"default": "block", "strict": "block", "lenient": "block"},
         check=check,
         scan=scan,
+        discharge=Discharge("atomic_unit", None, "compact the whole unit or none of it"),
     )

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
 
 __all__ = [
-    "DISCHARGE",
+    "DEFAULT_REMEDY",
+    "Discharge",
     "Finding",
     "ObligationRef",
     "Rule",
@@ -25,7 +26,6 @@ __all__ = [
     "Severity",
     "SpanView",
     "Tracked",
-    "remedy",
     "straddling",
     "unclosed",
 ]
@@ -36,31 +36,22 @@ RuleKind = Literal["obligation", "quiescence", "atomicity", "ledger"]
 """``obligation``: something is still owed; ``quiescence``: what a summary must keep (seed 2);
 ``atomicity``: a cut the provider would reject; ``ledger``: the ledger and transcript disagree."""
 
-DISCHARGE: Final[Mapping[str, str]] = {
-    "tool_call": "abandoned",
-    "retry": "given_up",
-    "commitment": "withdrawn",
-    "transaction": "rolled_back",
-    "tool_result": "absorbed",
-    "background_task": "abandoned",
-}
-"""The terminal state `GuardedCompactor.force_terminal` records for each obligation kind."""
-
-_REMEDIES: Final[Mapping[str, str]] = {
-    "tool_call": "append its result, or force_terminal() records it abandoned",
-    "retry": "retry until it succeeds, or force_terminal() records the chain given up",
-    "commitment": "make the promised call, or force_terminal() records it withdrawn",
-    "transaction": "commit or roll it back, or force_terminal() records it rolled back",
-    "tool_result": "force_terminal() records the result absorbed",
-    "background_task": "wait for it to finish or stop it, or force_terminal() records it abandoned",
-    "atomic_unit": "compact the whole unit or none of it",
-    "orphaned_call": "start the span at a closed cut, before the call",
-}
+DEFAULT_REMEDY: Final = "resolve it in the runtime, then ask again"
+"""What a refusal says of an obligation whose kind no rule declares."""
 
 
-def remedy(kind: str) -> str:
-    """How an obligation of `kind` is discharged, as a refusal names it."""
-    return _REMEDIES.get(kind, "resolve it in the runtime, then ask again")
+@dataclass(frozen=True, slots=True)
+class Discharge:
+    """The obligation a rule's findings name (`ObligationRef.kind`) and how it ends.
+
+    ``status`` is the terminal state `GuardedCompactor.force_terminal` records for it (None
+    when nothing can be forced: a negative to carry, a cut to move); ``remedy`` is what a
+    refusal tells the orchestrator to do about it.
+    """
+
+    kind: str
+    status: str | None
+    remedy: str = DEFAULT_REMEDY
 
 
 OPEN: Final = sys.maxsize
@@ -118,7 +109,9 @@ class ObligationRef:
 
     @property
     def discharge(self) -> str:
-        """How to discharge it."""
+        """How to discharge it (the remedy of the rule that declares its kind)."""
+        from otel_compaction.rules.registry import remedy
+
         return remedy(self.kind)
 
 
@@ -164,6 +157,8 @@ class Rule:
     severities: Mapping[str, Severity]
     check: Check
     scan: Scan | None = None
+    discharge: Discharge | None = None
+    """The obligation its findings name and how it is discharged (None: they name none)."""
 
 
 def _detail(tracked: Tracked, what: str, end: int) -> str:

@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from otel_compaction.patterns import sentences
-from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
+from otel_compaction.rules.base import Discharge, Finding, Rule, SpanView, Tracked, unclosed
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -137,4 +137,9 @@ RULE = Rule(
     severities={"default": "block", "strict": "block", "lenient": "warn"},
     check=check,
     scan=scan,
+    discharge=Discharge(
+        "commitment",
+        "withdrawn",
+        "make the promised call, or force_terminal() records it withdrawn",
+    ),
 )

@@ -3,7 +3,7 @@ remain and it must pass the contradiction probe (seed 2's reversible compaction)
 
 from __future__ import annotations
 
-from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
+from otel_compaction.rules.base import Discharge, Finding, ObligationRef, Rule, SpanView
 
 
 def check(view: SpanView) -> list[Finding]:
@@ -25,4 +25,5 @@ RULE = Rule(
     summary="the span is not archived, so only the summary would remain",
     severities={"default": "carry", "strict": "block", "lenient": "off"},
     check=check,
+    discharge=Discharge("archive", None),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
+from otel_compaction.rules.base import Discharge, Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis, Negative
@@ -81,4 +81,5 @@ RULE = Rule(
     severities={"default": "carry", "strict": "block", "lenient": "warn"},
     check=check,
     scan=scan,
+    discharge=Discharge("negative_result", None),
 )

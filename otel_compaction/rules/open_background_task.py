@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
+from otel_compaction.rules.base import Discharge, Finding, Rule, SpanView, Tracked, unclosed
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -156,4 +156,9 @@ RULE = Rule(
     severities={"default": "block", "strict": "block", "lenient": "warn"},
     check=check,
     scan=scan,
+    discharge=Discharge(
+        "background_task",
+        "abandoned",
+        "wait for it to finish or stop it, or force_terminal() records it abandoned",
+    ),
 )

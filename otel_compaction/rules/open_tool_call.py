@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otel_compaction.rules.base import OPEN, Finding, Rule, SpanView, Tracked, unclosed
+from otel_compaction.rules.base import OPEN, Discharge, Finding, Rule, SpanView, Tracked, unclosed
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -82,4 +82,9 @@ RULE = Rule(
     severities={"default": "block", "strict": "block", "lenient": "block"},
     check=check,
     scan=scan,
+    discharge=Discharge(
+        "tool_call",
+        "abandoned",
+        "append its result, or force_terminal() records it abandoned",
+    ),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
+from otel_compaction.rules.base import Discharge, Finding, Rule, SpanView, Tracked, unclosed
 from otel_compaction.transcript import ToolCall
 
 if TYPE_CHECKING:
@@ -63,4 +63,9 @@ RULE = Rule(
     severities={"default": "block", "strict": "block", "lenient": "warn"},
     check=check,
     scan=scan,
+    discharge=Discharge(
+        "transaction",
+        "rolled_back",
+        "commit or roll it back, or force_terminal() records it rolled back",
+    ),
 )

@@ -6,7 +6,7 @@ result with no call anywhere is `unmatched_result`: the cut does not split anyth
 
 from __future__ import annotations
 
-from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
+from otel_compaction.rules.base import Discharge, Finding, ObligationRef, Rule, SpanView
 
 
 def check(view: SpanView) -> list[Finding]:
@@ -36,4 +36,9 @@ RULE = Rule(
     summary="a result in the span whose call stands before the span",
     severities={"default": "block", "strict": "block", "lenient": "block"},
     check=check,
+    discharge=Discharge(
+        "orphaned_call",
+        None,
+        "start the span at a closed cut, before the call",
+    ),
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otel_compaction.rules.base import Finding, Rule, SpanView, Tracked, unclosed
+from otel_compaction.rules.base import Discharge, Finding, Rule, SpanView, Tracked, unclosed
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -133,4 +133,9 @@ RULE = Rule(
     severities={"default": "block", "strict": "block", "lenient": "warn"},
     check=check,
     scan=scan,
+    discharge=Discharge(
+        "retry",
+        "given_up",
+        "retry until it succeeds, or force_terminal() records the chain given up",
+    ),
 )

@@ -24,9 +24,17 @@ from otel_compaction.rules import (
     unmatched_result,
     unresolved_reference,
 )
-from otel_compaction.rules.base import Rule, Severity
+from otel_compaction.rules.base import DEFAULT_REMEDY, Rule, Severity
 
-__all__ = ["BUILTIN_POLICIES", "RULES", "RULE_NAMES", "severities_of"]
+__all__ = [
+    "BUILTIN_POLICIES",
+    "DISCHARGE",
+    "RULES",
+    "RULE_NAMES",
+    "RULE_OF_KIND",
+    "remedy",
+    "severities_of",
+]
 
 BUILTIN_POLICIES: Final = ("default", "strict", "lenient")
 
@@ -53,6 +61,39 @@ RULES: Final[Mapping[str, Rule]] = {
 }
 
 RULE_NAMES: Final[tuple[str, ...]] = tuple(RULES)
+
+
+def _declared() -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    rule_of: dict[str, str] = {}
+    status_of: dict[str, str] = {}
+    remedy_of: dict[str, str] = {}
+    shared: set[str] = set()
+    for rule in RULES.values():
+        if rule.discharge is None:
+            continue
+        kind = rule.discharge.kind
+        if kind in remedy_of:  # several rules name it (the provider's atomic units)
+            shared.add(kind)
+            continue
+        rule_of[kind] = rule.name
+        remedy_of[kind] = rule.discharge.remedy
+        if rule.discharge.status is not None:
+            status_of[kind] = rule.discharge.status
+    return {k: v for k, v in rule_of.items() if k not in shared}, status_of, remedy_of
+
+
+_RULE_OF_KIND, _STATUS_OF_KIND, _REMEDY_OF_KIND = _declared()
+
+RULE_OF_KIND: Final[Mapping[str, str]] = _RULE_OF_KIND
+"""The rule whose findings name obligations of each kind (kinds that one rule alone names)."""
+
+DISCHARGE: Final[Mapping[str, str]] = _STATUS_OF_KIND
+"""The terminal state `GuardedCompactor.force_terminal` records for each obligation kind."""
+
+
+def remedy(kind: str) -> str:
+    """How an obligation of `kind` is discharged, as a refusal names it."""
+    return _REMEDY_OF_KIND.get(kind, DEFAULT_REMEDY)
 
 
 def severities_of(policy: str) -> dict[str, Severity]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView, Tracked
+from otel_compaction.rules.base import Discharge, Finding, ObligationRef, Rule, SpanView, Tracked
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -70,4 +70,9 @@ RULE = Rule(
     severities={"default": "warn", "strict": "block", "lenient": "warn"},
     check=check,
     scan=scan,
+    discharge=Discharge(
+        "tool_result",
+        "absorbed",
+        "force_terminal() records the result absorbed",
+    ),
 )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from otel_compaction.identifiers import is_path
-from otel_compaction.rules.base import Finding, ObligationRef, Rule, SpanView
+from otel_compaction.rules.base import Discharge, Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
@@ -339,4 +339,5 @@ RULE = Rule(
     severities={"default": "carry", "strict": "block", "lenient": "warn"},
     check=check,
     scan=scan,
+    discharge=Discharge("reference", None),
 )

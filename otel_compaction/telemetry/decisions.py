@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind, TracerProvider
 
 from otel_compaction.analysis import Analysis
 from otel_compaction.gate import Decision, shown_id
-from otel_compaction.rules import ObligationRef
+from otel_compaction.rules import RULE_OF_KIND, ObligationRef
 from otel_compaction.telemetry import semconv
 from otel_compaction.telemetry.metrics import CompactionMetrics
 from otel_compaction.telemetry.scope import capture_content_enabled, package_tracer
@@ -166,7 +166,7 @@ def _rules(decision: Decision, analysis: Analysis) -> list[str]:
         if ref.kind == "atomic_unit":  # its id is "<rule>@<first message>"
             rules.append(ref.id.split("@", 1)[0])
         else:
-            rules.append(_RULE_OF_KIND.get(ref.kind, ref.kind))
+            rules.append(RULE_OF_KIND.get(ref.kind, ref.kind))
         rules.extend(
             conflict.rule
             for conflict in analysis.ledger_conflicts
@@ -174,19 +174,6 @@ def _rules(decision: Decision, analysis: Analysis) -> list[str]:
             == (ref.kind, ref.id, ref.message_index)
         )
     return list(dict.fromkeys(rules))
-
-
-_RULE_OF_KIND = {
-    "tool_call": "open_tool_call",
-    "tool_result": "unmatched_result",
-    "orphaned_call": "orphan_result",
-    "transaction": "open_transaction",
-    "retry": "pending_retry",
-    "commitment": "dangling_commitment",
-    "negative_result": "null_result",
-    "reference": "unresolved_reference",
-    "archive": "not_addressable",
-}
 
 
 def _held_tokens(analysis: Analysis, decision: Decision) -> int:
