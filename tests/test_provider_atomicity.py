@@ -66,21 +66,39 @@ def thinking_loop() -> list[dict[str, Any]]:
     ]
 
 
-def test_no_closed_cut_inside_a_thinking_tool_loop() -> None:
+def test_a_thinking_tool_loop_that_ended_is_cut_between_its_rounds() -> None:
     messages = thinking_loop()
-    assert Transcript.parse(messages).closed_cuts() == [0, 1, 2, 3, 5, 7, 8, 9]  # pairing only
-    assert closed(messages) == [0, 1, 2, 3, 8, 9]
-    # The rule can be switched off: then only pairing constrains the cuts.
-    off = policy_with(rules={"thinking_tool_loop": "off"})
-    assert closed(messages, off) == [0, 1, 2, 3, 5, 7, 8, 9]
+    pairing = [0, 1, 2, 3, 5, 7, 8, 9]
+    assert Transcript.parse(messages).closed_cuts() == pairing
+    # The loop ended (message 7 answers, 8 is the user's): the next request has no loop in
+    # progress, so a summary may replace its first round.
+    assert closed(messages) == pairing
     decision = CompactionGate().evaluate(messages, 0, 5)
-    assert (decision.action, decision.span, decision.extended) == ("compact", (0, 8), True)
+    assert (decision.action, decision.span, decision.extended) == ("compact", (0, 5), False)
+
+
+def test_no_closed_cut_inside_the_thinking_tool_loop_in_progress() -> None:
+    messages = thinking_loop()[:7]  # the loop in progress: the last message is a tool result
+    assert Transcript.parse(messages).closed_cuts() == [0, 1, 2, 3, 5, 7]
+    # Cut 5 would open the loop with message 5, which has no thinking block of its own.
+    assert closed(messages) == [0, 1, 2, 3, 7]
+    off = policy_with(rules={"thinking_tool_loop": "off"})
+    assert closed(messages, off) == [0, 1, 2, 3, 5, 7]
+    decision = CompactionGate().evaluate(messages, 0, 5, critical=True)
+    assert (decision.action, decision.span, decision.extended) == ("compact", (0, 7), True)
+
+
+def test_the_whole_thinking_turn_is_kept_together_when_the_policy_says_so() -> None:
+    messages = thinking_loop()
+    whole = policy_with(rules={"whole_thinking_loop": "block"})
+    assert closed(messages, whole) == [0, 1, 2, 3, 8, 9]
+    assert closed(messages, "strict") == [0, 1, 2, 3, 8, 9]
 
 
 def test_a_loop_without_thinking_is_cut_like_any_other() -> None:
-    messages = thinking_loop()
+    messages = thinking_loop()[:7]
     messages[3]["content"] = messages[3]["content"][1:]
-    assert closed(messages) == [0, 1, 2, 3, 5, 7, 8, 9]
+    assert closed(messages) == [0, 1, 2, 3, 5, 7]
 
 
 def reasoning_items() -> list[dict[str, Any]]:

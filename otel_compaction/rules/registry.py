@@ -23,6 +23,7 @@ from otel_compaction.rules import (
     thinking_tool_loop,
     unmatched_result,
     unresolved_reference,
+    whole_thinking_loop,
 )
 from otel_compaction.rules.base import Rule, Severity
 
@@ -47,6 +48,7 @@ RULES: Final[Mapping[str, Rule]] = {
         ledger_mismatch.RULE,
         severed_obligation.RULE,
         thinking_tool_loop.RULE,
+        whole_thinking_loop.RULE,
         reasoning_item.RULE,
         split_response.RULE,
     )
