@@ -42,15 +42,12 @@ def result(call_id: str) -> dict[str, Any]:
 
 GO = {"role": "user", "content": "go"}
 
+ACROSS_A_RESULT = [GO, part("msg_1", use("t1")), result("t1"), part("msg_1", text("Done."))]
+
 CASES = [
     # msg_1's text arrives after the result of its first call: 1..3 is one response, so cut 3
     # (pairing-closed: t1 answered) would keep half of it.
-    pytest.param(
-        [GO, part("msg_1", use("t1")), result("t1"), part("msg_1", text("Done."))],
-        [0, 1, 3, 4],
-        [0, 1, 4],
-        id="same-id-across-a-tool-result",
-    ),
+    pytest.param(ACROSS_A_RESULT, [0, 1, 3, 4], [0, 1, 4], id="same-id-across-a-tool-result"),
     # Different ids: two responses, cut 3 closed.
     pytest.param(
         [GO, part("msg_1", use("t1")), result("t1"), part("msg_2", text("Done."))],
@@ -82,7 +79,7 @@ def test_closed_cuts(messages: list[dict[str, Any]], pairing: list[int], gate: l
 
 
 def test_a_growing_transcript_finds_the_response_when_its_next_part_arrives() -> None:
-    messages = CASES[0].values[0]
+    messages = ACROSS_A_RESULT
     builder = TranscriptBuilder()
     for count in range(1, len(messages) + 1):
         builder.feed(messages[:count], count - 1)
