@@ -554,8 +554,9 @@ class TranscriptBuilder:
         closed.append(self._open == 0)
         count = len(self.entries)
         if self._units_upto != count:
-            # Only a unit that reached the last messages fed before can grow, and only the
-            # last of them (or the response before its tool results) can begin a new one.
+            # Only the run of assistant messages and tool results that the messages fed before
+            # end with can hold a unit that grows or a response that gets another part: the
+            # scan starts again there (`_growth_start`); the loop in progress is found afresh.
             kept = bisect.bisect_left(self._units, self._units_from, key=_FIRST)
             tail = atomic_units(self.entries, self._units_from)
             self._units = self._units[:kept] + tail

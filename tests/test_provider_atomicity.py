@@ -1,11 +1,14 @@
-"""Cuts the provider would reject are never closed cuts: an Anthropic extended-thinking tool
-loop, an OpenAI Responses reasoning item and what it produced, one response split over several
+"""Cuts the provider would reject are never closed cuts, and the others are: inside the
+Anthropic extended-thinking tool loop in progress (unless the first message kept opens with
+its own thinking block; a loop that ended is cut between its rounds), between an OpenAI
+Responses reasoning item and what it produced, inside one response split over several
 messages.
 
 The gate tests check every closed cut of such transcripts; the end-to-end tests run the real
 SDKs against the fake server with the providers' validation on, and show that a naive cut at a
 pairing-closed boundary inside such a unit makes the next request fail with the provider's own
-400, while the guarded compactor's next request succeeds.
+400, while the guarded compactor's next request succeeds. Thinking blocks kept after a summary
+pass the prefix check of preserved thinking only when dropped (by the compactor or the API).
 """
 
 from __future__ import annotations
