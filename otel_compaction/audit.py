@@ -4,8 +4,11 @@ For every compaction in a session log (Claude Code, Codex; see `otel_compaction.
 audit takes the span it replaced (from the previous compaction's summary, or the start, to the
 boundary) and what the session did afterwards (up to the next compaction), and reports:
 
-* ``closed``: whether the boundary was a closed cut (no call waiting for its result, no unit a
-  provider needs whole cut through) and the obligations still open there;
+* ``closed``: whether the boundary was a closed cut (no call waiting for its result, no cut
+  the provider rejects) and the obligations still open there, judged on the messages as the
+  CLI sent them: the summary stands where the span was, so a tool loop the session carried on
+  after it is a new one (Claude Code compacts mid-turn and the next response opens the loop
+  again), and a response is never joined across it;
 * ``summary_missing``: what the summary failed to carry, by `verify_summary`, against what the
   session used afterwards (identifiers it referred to, negatives, pending obligations);
 * ``reissued_after``: calls made after the compaction with the same tool and arguments as one
@@ -127,7 +130,8 @@ def audit_session(session: Session, policy: Policy | str = "default") -> Session
         following = summaries[number + 1] if number + 1 < len(summaries) else None
         before = session.messages[start:boundary]
         after = session.messages[boundary + 1 : following]
-        audits.append(_audit(gate, session, compaction, before, after, boundary))
+        summary = session.messages[boundary]
+        audits.append(_audit(gate, session, compaction, before, summary, after, boundary))
     return SessionAudit(session, tuple(audits))
 
 
@@ -136,22 +140,25 @@ def _audit(
     session: Session,
     compaction: Compaction,
     before: Sequence[dict[str, Any]],
+    summary: dict[str, Any],
     after: Sequence[dict[str, Any]],
     boundary: int,
 ) -> CompactionAudit:
-    messages = [*before, *after]
     cut = len(before)
-    analysis = gate.analyse(messages)
     if cut == 0:
         return CompactionAudit(compaction, True, (), Verification(), ())
-    findings = run_rules(SpanView(analysis, 0, cut))
+    # The boundary as the model met it: the summary in place of the span it replaced.
+    sent = gate.analyse([*before, summary, *after])
+    findings = run_rules(SpanView(sent, 0, cut))
     open_obligations = tuple(
         dict.fromkeys(f.obligation for f in findings if f.severity == "block" and f.obligation)
     )
-    missing = verify_summary(analysis.transcript, (0, cut), compaction.summary, policy=gate.policy)
-    reissued = _reissued(analysis.transcript, cut, boundary, session)
+    # What the summary had to carry: the span against what the session did after it.
+    transcript = Transcript.parse([*before, *after])
+    missing = verify_summary(transcript, (0, cut), compaction.summary, policy=gate.policy)
+    reissued = _reissued(transcript, cut, boundary, session)
     return CompactionAudit(
-        compaction, bool(analysis.pair_closed[cut]), open_obligations, missing, reissued
+        compaction, bool(sent.pair_closed[cut]), open_obligations, missing, reissued
     )
 
 

@@ -35,7 +35,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -91,6 +91,7 @@ _COMPACTED_ELSEWHERE = (
 )
 _MAX_HELD = 64  # spans remembered as held; a transcript rarely has more than a few
 _NO_SMALLER = "the summary is no smaller than the span"
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 
 class SummaryRejected(LiveSpanCompactionError):
@@ -149,6 +150,7 @@ class GuardedCompactor:
         archive: Archive | None = None,
         token_counter: TokenCounter | None = None,
         telemetry: Telemetry | None = None,
+        kept_thinking: Literal["keep", "drop"] = "keep",
     ) -> None:
         """Create a compactor.
 
@@ -160,6 +162,14 @@ class GuardedCompactor:
             archive: keeps each compacted span verbatim (reversible compaction) when given.
             token_counter: counts a text's tokens; tiktoken or a character estimate by default.
             telemetry: records decisions and compactions as spans, events and metrics.
+            kept_thinking: the Anthropic ``thinking`` and ``redacted_thinking`` blocks of the
+                messages kept after the summary: ``keep`` them (a model without preserved
+                thinking, which needs the thinking of the tool loop in progress; or requests
+                that set ``thinking.block_binding.prefix_mismatch_behavior`` to
+                ``"drop_block"``, so that the API drops them), or ``drop`` them (a model with
+                preserved thinking otherwise: a summary the client wrote changes what came
+                before them, and the API rejects the request; see "Prefix checks on thinking
+                blocks", https://platform.claude.com/docs/en/build-with-claude/preserved-thinking/prefix-checks).
         """
         if budget <= 0:
             raise ValueError(f"budget must be a positive number of tokens, got {budget}")
@@ -173,6 +183,7 @@ class GuardedCompactor:
         self.policy = self.gate.policy
         self.ledger: ObligationLedger = self.gate.ledger or ObligationLedger()
         self.archive = archive
+        self.kept_thinking = kept_thinking
         self.count_tokens = token_counter or default_token_counter()
         self.token_counts = MessageTokens(self.count_tokens)
         """Each message's count kept between calls: a transcript that grew costs its new
@@ -499,7 +510,10 @@ class GuardedCompactor:
             )  # fmt: skip
         if handle is not None and self.archive is not None:
             self.archive.attach_summary(handle, summary)
-        new = [*original[:start], replacement, *original[end:]]
+        kept = original[end:]
+        if self.kept_thinking == "drop":
+            kept = [m for m in map(_without_thinking, kept) if m is not None]
+        new = [*original[:start], replacement, *kept]
         return CompactionResult(
             new, True, decision, (start, end), summary, handle, before, after, verification,
             attempts,
@@ -527,6 +541,20 @@ def _fingerprint(messages: Sequence[Any], start: int) -> str:
     including the first one compacted (a stale copy of the transcript has the same)."""
     text = json.dumps(messages[: start + 1], sort_keys=True, default=repr, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _without_thinking(message: Any) -> Any:
+    """`message` without its thinking blocks (a copy when it had some); None for an assistant
+    message that held nothing else."""
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if message.get("role") != "assistant" or not isinstance(content, list):
+        return message
+    kept = [
+        b for b in content if not (isinstance(b, Mapping) and b.get("type") in _THINKING_BLOCKS)
+    ]
+    if len(kept) == len(content):
+        return message
+    return {**message, "content": kept} if kept else None
 
 
 def _summary_message(summary: str, transcript_format: str) -> dict[str, Any]:

@@ -15,16 +15,31 @@ reuse ids. Parsing is a single pass; the closed cuts come from one difference ar
 everything here is linear in the transcript size.
 
 Besides pairing, the providers reject cuts inside some runs of messages; the parser records
-them as `Unit`s: an Anthropic extended-thinking tool loop (an assistant turn that starts with a
-``thinking`` block, through its ``tool_use``/``tool_result`` rounds, up to the next user
-message that is not only tool results), an OpenAI Responses ``reasoning`` item with the items it
-produced, and one model response split over consecutive assistant messages (or sharing one
-``id``). Which of them constrain a cut is the policy's choice (the atomicity rules).
+them as `Unit`s (each rule module cites the provider's documentation):
+
+* ``thinking_tool_loop``: the Anthropic tool loop still in progress at the end, when it opens
+  with a ``thinking`` block. The next request must open that loop with a thinking block, so the
+  first message kept after a summary inside it must be an assistant message with a thinking
+  block of its own (interleaved thinking gives one to each response); a loop that ended, or one
+  in progress cut at such a message, may be cut between any two call/result rounds.
+* ``whole_thinking_loop``: the whole extended-thinking turn (from its first ``thinking``
+  message through its tool rounds, up to the next user message that is not only tool results),
+  a stricter constraint than the provider's that a policy may choose.
+* ``reasoning_item``: an OpenAI Responses ``reasoning`` item with the items of the same response
+  after it: the next one, and through the last message or function call (a hosted call such as
+  ``web_search_call`` between them is carried along, bound to nothing of its own).
+* ``split_response``: one model response over several messages: consecutive assistant messages
+  (unless both carry an ``id``, which tells them apart, or one is a hosted call such as
+  ``web_search_call``), or assistant messages sharing one ``id`` with only tool results
+  between them.
+
+Which of them constrain a cut is the policy's choice (the atomicity rules).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import operator
 import weakref
@@ -90,8 +105,22 @@ _TEXT_PARTS: Final = frozenset({"text", "input_text", "output_text", "refusal"})
 _THINKING: Final = frozenset({"thinking", "redacted_thinking"})
 # Responses items the model outputs (what a reasoning item produces), as opposed to inputs.
 _RESPONSES_OUTPUT_ITEMS: Final = frozenset({"message", *_RESPONSES_CALLS})
+# Calls the provider runs inside the response: part of it, but bound to nothing of their own.
+_RESPONSES_HOSTED: Final = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "image_generation_call",
+        "code_interpreter_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+    }
+)
+_RESPONSES_PRODUCED: Final = _RESPONSES_OUTPUT_ITEMS | _RESPONSES_HOSTED
 
 THINKING_TOOL_LOOP: Final = "thinking_tool_loop"
+WHOLE_THINKING_LOOP: Final = "whole_thinking_loop"
 REASONING_ITEM: Final = "reasoning_item"
 SPLIT_RESPONSE: Final = "split_response"
 
@@ -131,7 +160,8 @@ class ToolResult:
 class Entry:
     """One message: its role, detected format, prose text and the calls and results it holds.
 
-    ``item`` is the Responses item type (empty for role messages), ``thinking`` whether the
+    ``item`` is the Responses item type (empty for role messages other than a Responses
+    assistant ``message`` item), ``thinking`` whether the
     message opens with an Anthropic thinking block, ``response_id`` the message's own ``id``.
     """
 
@@ -155,7 +185,7 @@ class Entry:
 @dataclass(frozen=True, slots=True)
 class Unit:
     """Messages ``first..last`` that a provider requires to stay together; ``kind`` is one of
-    ``thinking_tool_loop``, ``reasoning_item``, ``split_response``."""
+    ``thinking_tool_loop``, ``whole_thinking_loop``, ``reasoning_item``, ``split_response``."""
 
     kind: str
     first: int
@@ -201,7 +231,10 @@ class Transcript:
         formats = set(formats)
         self.format = formats.pop() if len(formats) == 1 else (MIXED if formats else PLAIN)
         self._closed = _closed_cuts(len(entries), calls, results) if closed is None else closed
-        self.units = atomic_units(entries) if units is None else units
+        if units is None:
+            units = atomic_units(entries) + final_loop_units(entries)
+            units.sort(key=_FIRST)
+        self.units = units
 
     @classmethod
     def parse(cls, messages: Iterable[Any]) -> Transcript:
@@ -287,53 +320,101 @@ _FIRST = operator.attrgetter("first")
 
 
 def atomic_units(entries: Sequence[Entry], start: int = 0) -> list[Unit]:
-    """The runs of messages a provider rejects a cut inside, in order of their first message
-    (only those starting at or after `start`: a message that begins a run of assistant messages
-    and bare results, or one that no unit found before it reaches)."""
+    """The units that only grow as messages are appended (whole thinking loops, reasoning
+    items, split responses), in order of their first message; only those starting at or after
+    `start`, which begins a run of assistant messages and tool results or is a message no unit
+    found before it reaches."""
     units: list[Unit] = []
     n = len(entries)
     covered = -1  # the last message of the latest thinking loop found
+    first = last = -1  # the first and the latest part of the latest response
+    response_id: str | None = None  # its id
+    ends: dict[int, int] = {}  # the first message of a split response -> its last
     for entry in entries[start:]:
         index = entry.index
-        if entry.role == "assistant" and entry.thinking and entry.calls and index > covered:
-            last = index
-            while last + 1 < n and (
-                entries[last + 1].role == "assistant" or entries[last + 1].only_results
+        if entry.role != "assistant":
+            if not entry.results:
+                first = -1  # a response never spans a message of the user's own
+            continue
+        if entry.thinking and entry.calls and index > covered:
+            end = index
+            while end + 1 < n and (
+                entries[end + 1].role == "assistant" or entries[end + 1].only_results
             ):
-                last += 1
-            if last > index:
-                units.append(Unit(THINKING_TOOL_LOOP, index, last))
-                covered = last
+                end += 1
+            if end > index:
+                units.append(Unit(WHOLE_THINKING_LOOP, index, end))
+                covered = end
         if entry.item == "reasoning":
-            last = index
+            # The item right after it, and the last message or call of its response.
+            end = following = index + 1
             while (
-                last + 1 < n
-                and entries[last + 1].item in _RESPONSES_OUTPUT_ITEMS
-                and (entries[last + 1].role == "assistant")
+                following < n
+                and entries[following].item in _RESPONSES_PRODUCED
+                and entries[following].role == "assistant"
             ):
-                last += 1
-            if last > index:
-                units.append(Unit(REASONING_ITEM, index, last))
-        if entry.role == "assistant" and (
-            index == 0 or not _same_response(entries[index - 1], entry)
+                if entries[following].item in _RESPONSES_OUTPUT_ITEMS:
+                    end = following
+                following += 1
+            if following > index + 1:
+                units.append(Unit(REASONING_ITEM, index, end))
+        if first >= 0 and (
+            (last == index - 1 and _adjacent_parts(entries[last], entry))
+            or (entry.response_id is not None and entry.response_id == response_id)
         ):
-            last = index
-            while last + 1 < n and _same_response(entries[last], entries[last + 1]):
-                last += 1
-            if last > index:
-                units.append(Unit(SPLIT_RESPONSE, index, last))
-    units.sort(key=lambda u: u.first)
+            last = ends[first] = index
+            response_id = response_id or entry.response_id
+        else:
+            first = last = index
+            response_id = entry.response_id
+    units += [Unit(SPLIT_RESPONSE, first, last) for first, last in ends.items()]
+    units.sort(key=_FIRST)
     return units
 
 
-def _same_response(before: Entry, after: Entry) -> bool:
-    """Two consecutive assistant messages of one model response: the same ``id``, or no
-    message between them (a Responses reasoning item starts a new response)."""
-    if before.role != "assistant" or after.role != "assistant" or after.item == "reasoning":
-        return False
-    if before.response_id is not None and after.response_id is not None:
-        return before.response_id == after.response_id
-    return True
+def final_loop_units(entries: Sequence[Entry]) -> list[Unit]:
+    """The cuts Anthropic rejects inside the tool loop still in progress at the end (the last
+    message holds tool results, or calls awaiting them), when the loop opens with a thinking
+    block: one unit from each assistant message with a thinking block of its own to the message
+    before the next one (or the end), so that a cut is closed only where the first message kept
+    opens with its own thinking block."""
+    n = len(entries)
+    if not n or not (entries[-1].only_results or (entries[-1].calls and not entries[-1].results)):
+        return []
+    opener = -1
+    index = n - 1
+    # Back over the tool results and the assistant messages with the calls they answer.
+    while index >= 0:
+        entry = entries[index]
+        if entry.role == "assistant" and entry.calls:
+            opener = index
+        elif not entry.only_results:
+            break
+        index -= 1
+    if opener < 0 or not entries[opener].thinking:
+        return []
+    starts = [e.index for e in entries[opener:] if e.role == "assistant" and e.thinking]
+    starts.append(n)
+    return [
+        Unit(THINKING_TOOL_LOOP, first, after - 1)
+        for first, after in itertools.pairwise(starts)
+        if after - 1 > first
+    ]
+
+
+def _adjacent_parts(before: Entry, after: Entry) -> bool:
+    """Two consecutive assistant messages of one model response by position: not both with an
+    ``id`` (those are told by it), not a Responses reasoning item starting a new response, and
+    not a call the provider ran inside the response (``web_search_call``...), which the
+    provider binds to nothing."""
+    return (
+        before.role == "assistant"
+        and after.role == "assistant"
+        and after.item != "reasoning"
+        and before.item not in _RESPONSES_HOSTED
+        and after.item not in _RESPONSES_HOSTED
+        and (before.response_id is None or after.response_id is None)
+    )
 
 
 def _text(content: Any) -> str:
@@ -475,21 +556,38 @@ class TranscriptBuilder:
         closed.append(self._open == 0)
         count = len(self.entries)
         if self._units_upto != count:
-            # Only a unit that reached the last message fed before can grow, and only that
-            # message can begin a new one with the messages after it.
+            # Only the run of assistant messages and tool results that the messages fed before
+            # end with can hold a unit that grows or a response that gets another part: the
+            # scan starts again there (`_growth_start`); the loop in progress is found afresh.
             kept = bisect.bisect_left(self._units, self._units_from, key=_FIRST)
             tail = atomic_units(self.entries, self._units_from)
             self._units = self._units[:kept] + tail
-            self._units_from = min(
-                (u.first for u in tail if u.last == count - 1), default=count - 1
-            )
+            self._units_from = self._growth_start(tail)
             self._units_upto = count
+        units = self._units + final_loop_units(self.entries)
+        if len(units) > len(self._units):
+            units.sort(key=_FIRST)
         published = Transcript(
             messages, self.entries, self.calls, self.results,
-            closed=closed, formats=self.formats, units=self._units.copy(),
+            closed=closed, formats=self.formats, units=units,
         )  # fmt: skip
         self._published = weakref.ref(published)
         return published
+
+    def _growth_start(self, tail: list[Unit]) -> int:
+        """Where the units may still change as messages are appended: the first message of a
+        unit in `tail` that reaches the last assistant message before the trailing tool results
+        (a response may get another part), else that message (or the last one); moved back to
+        the start of its run of assistant messages and tool results, so that a scan from there
+        begins outside every response and loop."""
+        entries = self.entries
+        last = len(entries) - 1
+        while last > 0 and entries[last].role != "assistant" and entries[last].results:
+            last -= 1
+        start = min((u.first for u in tail if u.last >= last), default=last)
+        while start > 0 and (entries[start - 1].role == "assistant" or entries[start - 1].results):
+            start -= 1
+        return start
 
     def _replay(self, index: int, previous: TranscriptBuilder, source: int) -> None:
         """Message `index` as `previous` read its message `source`: the same fields, calls
@@ -637,6 +735,8 @@ class TranscriptBuilder:
             own_id = message.get("id")
             if isinstance(own_id, str) and own_id:
                 entry.response_id = own_id
+            if message.get("type") == "message":  # a Responses output item
+                entry.item = "message"
         if role == "tool":
             entry.format = OPENAI_CHAT
             call_id = message.get("tool_call_id", message.get("id"))

@@ -35,6 +35,7 @@ __all__ = [
     "ProducedItem",
     "ProducedResponse",
     "anthropic_messages_error",
+    "anthropic_prefix_error",
     "chat_completions_error",
     "responses_error",
 ]
@@ -181,6 +182,42 @@ def _anthropic_thinking_error(
     if first in _THINKING_BLOCKS:
         return None
     return _ANTHROPIC_THINKING_FIRST.format(index=opener, found=first)
+
+
+# Anthropic's 400 when a thinking block sent back to a model with preserved thinking follows
+# other messages than the ones it was produced after ("Prefix checks on thinking blocks",
+# https://platform.claude.com/docs/en/build-with-claude/preserved-thinking/prefix-checks; the
+# error the documentation names).
+_ANTHROPIC_PREFIX_MISMATCH = (
+    "messages.{index}.content.{block}: The block is bound to a different conversation."
+)
+
+
+def anthropic_prefix_error(
+    body: Mapping[str, Any], prefixes: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> str | None:
+    """The prefix check of a model with preserved thinking, or None if ``body`` passes it.
+
+    ``prefixes`` gives, by ``signature``, the messages each thinking block was produced after
+    (its prefix; ``system`` and ``tools`` are taken as unchanged). A block whose messages
+    before it differ fails the check: HTTP 400, unless the request sets
+    ``thinking.block_binding.prefix_mismatch_behavior`` to ``"drop_block"``, when the API drops
+    the block instead ("Compaction and preserved thinking",
+    https://platform.claude.com/docs/en/build-with-claude/compaction-thinking-blocks).
+    """
+    thinking = body.get("thinking")
+    binding = thinking.get("block_binding") if isinstance(thinking, Mapping) else None
+    if isinstance(binding, Mapping) and binding.get("prefix_mismatch_behavior") == "drop_block":
+        return None
+    messages = _messages(body)
+    for index, message in enumerate(messages):
+        for block_index, block in enumerate(_blocks(message)):
+            if block.get("type") not in _THINKING_BLOCKS:
+                continue
+            prefix = prefixes.get(str(block.get("signature")))
+            if prefix is not None and list(prefix) != messages[:index]:
+                return _ANTHROPIC_PREFIX_MISMATCH.format(index=index, block=block_index)
+    return None
 
 
 # --------------------------------------------------------------------------

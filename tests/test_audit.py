@@ -4,10 +4,13 @@ after it that repeat one already resolved (the duplicate side effect)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from provider_rules import anthropic_messages_error
 from session_builders import ClaudeSession
 
 from otel_compaction.audit import audit_session
@@ -139,3 +142,133 @@ def test_audit_finds_every_compaction_of_a_real_cli_session(path: Path) -> None:
     audited = audit_session(read_session(path))
     assert boundaries and [c.compaction.line for c in audited.compactions] == boundaries
     assert all(isinstance(c.closed, bool) for c in audited.compactions)
+
+
+# -- compactions inside an extended-thinking tool loop --------------------------------------
+
+DATA = Path(__file__).parent / "data" / "sessions"
+THINKING_SESSION = (
+    DATA
+    / "handmade"
+    / "claude"
+    / "projects"
+    / "-work-shop"
+    / "3f2b8c1e-7a4d-4e5b-9c6f-0d1e2f3a4b5c.jsonl"
+)
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def compaction_records(session_id: str, parent: str, number: int) -> list[dict[str, Any]]:
+    """The boundary and summary records Claude Code writes for an automatic compaction (the
+    shapes of the CLI-made log), relinked into another session after record `parent`."""
+    real = jsonl(DATA / "claude_code_auto_compacted.jsonl")
+    boundary = next(r for r in real if r.get("subtype") == "compact_boundary")
+    summary = next(r for r in real if r.get("isCompactSummary") is True)
+    boundary = {
+        **boundary, "uuid": f"boundary-{number}", "parentUuid": None,
+        "logicalParentUuid": parent, "sessionId": session_id,
+    }  # fmt: skip
+    summary = {
+        **summary, "uuid": f"summary-{number}", "parentUuid": boundary["uuid"],
+        "sessionId": session_id,
+    }  # fmt: skip
+    return [boundary, summary]
+
+
+def pairing_closed_cuts(messages: list[dict[str, Any]]) -> list[int]:
+    """An independent pairing check: each tool_result answers the earliest unanswered tool_use
+    of its id in an earlier message; cut c is closed when every tool_use before c is answered
+    before c."""
+    unanswered: dict[str, list[int]] = {}
+    answered_at: dict[int, int] = {}  # the message of a call (by its order) -> of its answer
+    order = 0
+    calls: list[int] = []
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        for block in blocks:
+            if block.get("type") == "tool_result":
+                waiting = unanswered.get(block.get("tool_use_id"), [])
+                if waiting and calls[waiting[0]] < index:
+                    answered_at[waiting.pop(0)] = index
+        for block in blocks:
+            if block.get("type") == "tool_use":
+                unanswered.setdefault(block["id"], []).append(order)
+                calls.append(index)
+                order += 1
+    return [
+        cut
+        for cut in range(len(messages) + 1)
+        if all(
+            answered_at.get(call, len(messages)) < cut for call, at in enumerate(calls) if at < cut
+        )
+    ]
+
+
+def provider_forbids(messages: list[dict[str, Any]], cut: int) -> bool:
+    """Anthropic, with extended thinking on, rejects the request a summary at `cut` makes
+    (and does not reject the whole history)."""
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    kept = [{"role": "user", "content": "[summary]"}, *messages[cut:]]
+    whole = anthropic_messages_error({"thinking": thinking, "messages": messages})
+    return (
+        whole is None
+        and anthropic_messages_error({"thinking": thinking, "messages": kept}) is not None
+    )
+
+
+def test_a_compaction_after_a_thinking_tool_loop_is_closed() -> None:
+    """The session's own /compact comes after the loop ended; the loop the session carries on
+    with after it is a new one."""
+    [item] = audit_session(read_session(THINKING_SESSION)).compactions
+    assert item.closed is True
+    assert not [o for o in item.open_obligations if o.kind == "atomic_unit"]
+
+
+def test_compactions_inside_a_thinking_tool_loop_are_closed_where_pairing_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Claude Code compacts mid-turn: a boundary and summary written between two rounds of the
+    loop (before a new response, after the results of the last one) is a closed cut; `check`
+    lists exactly the independently paired cuts the provider accepts."""
+    records = jsonl(THINKING_SESSION)
+    session_id = records[2]["sessionId"]
+    messages_so_far = [r for r in records if r.get("type") in ("user", "assistant")]
+    first_records: dict[str, str] = {}  # each response's first record (one per block)
+    for record in messages_so_far:
+        if record["type"] == "assistant":
+            first_records.setdefault(record["message"]["id"], record["uuid"])
+    points = [
+        records.index(record)
+        for previous, record in itertools.pairwise(messages_so_far)
+        if record.get("uuid") in first_records.values() and is_results(previous)
+    ]
+    assert len(points) == 5  # before messages 3, 5, 7 and 9 (the loop 1..9), and 13
+    for number, position in enumerate(points):
+        parent = records[position - 1].get("uuid", "")
+        inserted = compaction_records(session_id, parent, number)
+        path = tmp_path / f"compacted-{number}.jsonl"
+        lines = [*records[:position], *inserted, *records[position:]]
+        path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+        session = read_session(path)
+        audited = audit_session(session).compactions
+        assert len(audited) == 2
+        for item in audited:
+            assert item.compaction.message_index in pairing_closed_cuts(session.messages)
+            assert item.closed is True, (number, item.compaction.line)
+        assert main(["check", str(path), "--format", "json"]) in (0, 1)
+        listed = json.loads(capsys.readouterr().out)["closed_cuts"]
+        paired = pairing_closed_cuts(session.messages)
+        assert listed == [c for c in paired if not provider_forbids(session.messages, c)]
+
+
+def is_results(record: dict[str, Any]) -> bool:
+    content = record["message"]["content"]
+    return (
+        record["type"] == "user"
+        and isinstance(content, list)
+        and content[0]["type"] == "tool_result"
+    )

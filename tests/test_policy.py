@@ -69,6 +69,7 @@ def test_default_blocks_obligations_and_carries_negatives_and_identifiers() -> N
         "ledger_mismatch": "block",
         "severed_obligation": "block",
         "thinking_tool_loop": "block",
+        "whole_thinking_loop": "off",  # stricter than the provider: a policy's choice
         "reasoning_item": "block",
         "split_response": "block",
     }
@@ -106,9 +107,9 @@ def test_lenient_only_enforces_pairing_and_provider_atomicity() -> None:
     ]
     assert [r for r, s in severities(policy).items() if s == "block"] == blocked
     assert policy.rules.not_addressable == "off"
-    assert {s for r, s in severities(policy).items() if r not in (*blocked, "not_addressable")} == {
-        "warn"
-    }
+    assert policy.rules.whole_thinking_loop == "off"  # stricter than the provider
+    off = (*blocked, "not_addressable", "whole_thinking_loop")
+    assert {s for r, s in severities(policy).items() if r not in off} == {"warn"}
 
 
 def test_detection_patterns_live_in_the_policy_files() -> None:

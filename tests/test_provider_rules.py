@@ -32,6 +32,7 @@ from provider_rules import (
     ProducedItem,
     ProducedResponse,
     anthropic_messages_error,
+    anthropic_prefix_error,
     chat_completions_error,
     responses_error,
 )
@@ -919,3 +920,21 @@ def test_chat_sdk_rejects_broken_tool_messages_and_passes_a_valid_loop(
             )
     assert text == "SK4417."
     assert len(validating_server.rejections) == 2
+
+
+def test_anthropic_prefix_check_binds_a_thinking_block_to_the_messages_before_it() -> None:
+    ask = {"role": "user", "content": "check"}
+    turn = {
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": "t", "signature": "sig"}, {"type": "text"}],
+    }
+    prefixes = {"sig": [ask]}
+    assert anthropic_prefix_error({"messages": [ask, turn]}, prefixes) is None
+    summary = {"role": "user", "content": "[summary]"}
+    assert anthropic_prefix_error({"messages": [summary, turn]}, prefixes) == (
+        "messages.1.content.0: The block is bound to a different conversation."
+    )
+    dropping = {"block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+    body = {"thinking": dropping, "messages": [summary, turn]}
+    assert anthropic_prefix_error(body, prefixes) is None
+    assert anthropic_prefix_error({"messages": [summary, turn]}, {}) is None  # not ours: unknown

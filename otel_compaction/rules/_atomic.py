@@ -7,16 +7,35 @@ exactly as it does for a tool call and its result.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
 
-from otel_compaction.rules.base import Discharge, Finding, Rule, SpanView, Tracked, straddling
+from otel_compaction.rules.base import (
+    Discharge,
+    Finding,
+    Rule,
+    Severity,
+    SpanView,
+    Tracked,
+    straddling,
+)
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
 
+BLOCKING: Final[Mapping[str, Severity]] = {
+    "default": "block",
+    "strict": "block",
+    "lenient": "block",
+}
+"""A provider's own rule: a cut it rejects is blocked under every built-in policy."""
 
-def atomicity_rule(name: str, what: str, summary: str) -> Rule:
-    """The rule for the transcript's units of kind `name` (blocking under every policy)."""
+
+def atomicity_rule(
+    name: str, what: str, summary: str, severities: Mapping[str, Severity] = BLOCKING
+) -> Rule:
+    """The rule for the transcript's units of kind `name` (blocking under every built-in
+    policy unless `severities` says otherwise)."""
 
     def scan(analysis: Analysis) -> list[Tracked]:
         return [
@@ -32,7 +51,7 @@ def atomicity_rule(name: str, what: str, summary: str) -> Rule:
         name=name,
         kind="atomicity",
         summary=summary,
-        severities={"default": "block", "strict": "block", "lenient": "block"},
+        severities=dict(severities),
         check=check,
         scan=scan,
         discharge=Discharge("atomic_unit", None, "compact the whole unit or none of it"),

@@ -23,6 +23,7 @@ from otel_compaction.rules import (
     thinking_tool_loop,
     unmatched_result,
     unresolved_reference,
+    whole_thinking_loop,
 )
 from otel_compaction.rules.base import DEFAULT_REMEDY, Rule, Severity
 
@@ -55,6 +56,7 @@ RULES: Final[Mapping[str, Rule]] = {
         ledger_mismatch.RULE,
         severed_obligation.RULE,
         thinking_tool_loop.RULE,
+        whole_thinking_loop.RULE,
         reasoning_item.RULE,
         split_response.RULE,
     )
