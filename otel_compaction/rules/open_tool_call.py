@@ -38,7 +38,7 @@ class _Calls:
             self.resolved.append(OPEN)
             self.unanswered[call.ordinal] = None
         for result in results[self.results :]:
-            if result.call is not None:
+            if result.call is not None and not result.interim:  # an interim result leaves it open
                 status = "error" if outcomes[result.ordinal] == "failure" else "result"
                 before = tracked[result.call]
                 tracked[result.call] = before.resolved_as(result.message_index, status)
