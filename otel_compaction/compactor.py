@@ -381,7 +381,12 @@ class GuardedCompactor:
         force: bool = False,
         end: int | None = None,
     ) -> CompactionResult:
-        """`compact`; on a refusal over open obligations, `force_terminal` them and retry once."""
+        """`compact`; on a refusal over open obligations, `force_terminal` them and retry once.
+
+        A background task still running is never discharged here: recording it abandoned
+        would not stop it, and the agent would lose track of work that goes on. (Only a
+        policy that blocks on it names it in a refusal; that refusal then stands.)
+        """
         try:
             return self.compact(
                 messages, conversation_id=conversation_id, critical=critical, force=force, end=end
@@ -389,6 +394,8 @@ class GuardedCompactor:
         except SummaryRejected:
             raise
         except CompactionRefused as refused:
+            if any(ref.kind == "background_task" for ref in refused.obligations):
+                raise
             if not self.force_terminal(refused, conversation_id=conversation_id):
                 raise
             return self.compact(

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 from telemetry_harness import Pipeline, make_pipeline
-from transcript_builders import ANTHROPIC, CHAT, Call, Script
+from transcript_builders import ANTHROPIC, CHAT, Call, Script, policy_with
 
 from otel_compaction import Archive, CompactionGate, CompactionRefused, GuardedCompactor
+from otel_compaction.policy import Policy
 from otel_compaction.telemetry import semconv as sc
 
 PADDING = "Please keep a careful record of everything in this conversation. " * 40
@@ -82,7 +83,7 @@ CASES: dict[str, tuple[Callable[[Script], None], str, str, str]] = {
     ),
     "background_task": (
         background_task,
-        "default",
+        "blocking_background",  # carried under the shipped policies; this one blocks on it
         "abandoned",
         "wait for it to finish or stop it, or force_terminal() records it abandoned",
     ),
@@ -119,7 +120,12 @@ def test_refuse_then_force_terminal_then_compact(
 ) -> None:
     end, policy, status, how = CASES[kind]
     messages = conversation(end, fmt)
-    compactor = GuardedCompactor(budget=200, policy=policy, telemetry=pipeline.telemetry)
+    chosen: str | Policy = (
+        policy_with("default", rules={"open_background_task": "block"})
+        if policy == "blocking_background"
+        else policy
+    )
+    compactor = GuardedCompactor(budget=200, policy=chosen, telemetry=pipeline.telemetry)
     addressable = policy == "strict"  # strict would also block the unarchived span itself
     if addressable:
         compactor.archive = Archive(tmp_path / "archive.sqlite3")
