@@ -446,6 +446,7 @@ _OPEN_RULE = {
     "retry": "pending_retry",
     "commitment": "dangling_commitment",
     "background_task": "open_background_task",
+    "approval": "pending_approval",
     "tool_result": "unmatched_result",
 }
 

@@ -744,7 +744,8 @@ class TranscriptBuilder:
             output = item.get("output")
             self._result(entry, call_id, output, _is_error_payload(output))
         elif kind in _RESPONSES_PASSIVE:
-            role = item.get("role", "assistant")
+            # An approval's response is the user's answer to the model's request, not output.
+            role = item.get("role", "user" if kind == "mcp_approval_response" else "assistant")
             entry.role = role if isinstance(role, str) and role in _ROLES else "assistant"
             self.entries.append(entry)
             entry.text = _text(item.get("content", item.get("summary")))

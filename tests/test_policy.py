@@ -62,6 +62,7 @@ def test_default_blocks_obligations_and_carries_negatives_and_identifiers() -> N
         "pending_retry": "block",
         "dangling_commitment": "block",
         "open_background_task": "carry",  # it may run on for the session: carried by its handle
+        "pending_approval": "block",
         "stale_obligation": "carry",
         "null_result": "carry",
         "unresolved_reference": "carry",

@@ -43,6 +43,7 @@ DISCHARGE: Final[Mapping[str, str]] = {
     "transaction": "rolled_back",
     "tool_result": "absorbed",
     "background_task": "abandoned",
+    "approval": "denied",
 }
 """The terminal state `GuardedCompactor.force_terminal` records for each obligation kind."""
 
@@ -53,6 +54,8 @@ _REMEDIES: Final[Mapping[str, str]] = {
     "transaction": "commit or roll it back, or force_terminal() records it rolled back",
     "tool_result": "force_terminal() records the result absorbed",
     "background_task": "wait for it to finish or stop it, or force_terminal() records it abandoned",
+    "approval": "answer it with an mcp_approval_response (approve or deny), or force_terminal() "
+    "records it denied",
     "atomic_unit": "compact the whole unit or none of it",
     "orphaned_call": "start the span at a closed cut, before the call",
 }
