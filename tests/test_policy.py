@@ -64,6 +64,7 @@ def test_default_blocks_obligations_and_carries_negatives_and_identifiers() -> N
         "open_background_task": "carry",  # it may run on for the session: carried by its handle
         "pending_approval": "block",
         "stale_obligation": "carry",
+        "abandoned_call": "carry",  # discharged: the summary must say it never ran to its end
         "null_result": "carry",
         "unresolved_reference": "carry",
         "not_addressable": "carry",
@@ -87,7 +88,8 @@ def test_strict_blocks_everything_and_archiving_relaxes_negatives_and_references
     policy = Policy.load("strict")
     # A stale obligation is carried, not blocked: blocking on it would starve the span again.
     # So is a background task still running: it may run for the rest of the session.
-    carried = {"stale_obligation": "carry", "open_background_task": "carry"}
+    # A call of an ended run is discharged: holding the span for it would starve it forever.
+    carried = dict.fromkeys(("stale_obligation", "open_background_task", "abandoned_call"), "carry")
     assert severities(policy) == {**dict.fromkeys(RULE_NAMES, "block"), **carried}
     assert policy.archived_relaxes == ["null_result", "unresolved_reference"]
     assert severities(policy, addressable=True) == {

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from otel_compaction.rules import (
+    abandoned_call,
     dangling_commitment,
     ledger_mismatch,
     not_addressable,
@@ -43,6 +44,7 @@ RULES: Final[Mapping[str, Rule]] = {
         open_background_task.RULE,
         pending_approval.RULE,
         stale_obligation.RULE,
+        abandoned_call.RULE,
         null_result.RULE,
         unresolved_reference.RULE,
         not_addressable.RULE,
