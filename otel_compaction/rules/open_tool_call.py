@@ -133,6 +133,7 @@ def dead_calls(analysis: Analysis) -> Mapping[int, str]:
         if analysis.ledger is not None:
             held = {o.id for o in analysis.ledger.open() if o.kind == "tool_call"}
         out: dict[int, str] = {}
+        rounds: dict[int, tuple[int, int] | None] = {}  # by user turn: calls share turns
         for ordinal in fold.unanswered:
             call = calls[ordinal]
             if ordinal in fold.interim or call.id in held:
@@ -143,7 +144,9 @@ def dead_calls(analysis: Analysis) -> Mapping[int, str]:
             turn = turns[at]
             if not _ended_at(entries, call.message_index, turn):
                 continue
-            went_on = _next_round(analysis, turn)
+            if turn not in rounds:
+                rounds[turn] = _next_round(analysis, turn)
+            went_on = rounds[turn]
             if went_on is None:
                 break
             out[ordinal] = (
