@@ -42,7 +42,9 @@ __all__ = [
 NEGATIVE_OUTCOMES = frozenset({"failure", "absence", "rejection"})
 # Kinds whose discharge the ledger records for transcript obligations (tool calls have their
 # own, richer comparison).
-_LEDGER_DISCHARGED = ("transaction", "retry", "commitment", "tool_result", "background_task")
+_LEDGER_DISCHARGED = (
+    "transaction", "retry", "commitment", "tool_result", "background_task", "approval",
+)  # fmt: skip
 # The pairings of a tool-call record and its call that the comparison acts on.
 _COMPARED: frozenset[CallState] = DISAGREE | frozenset({"abandoned"})
 

@@ -399,6 +399,9 @@ class GuardedCompactor:
         what actually blocks, the obligation that stops an extension included), so it ends: in
         a compaction, or in the refusal that names nothing left to discharge (a rule that is
         not an obligation, such as a negative result that the policy blocks on), which is raised.
+        A background task still running is never discharged here: recording it abandoned
+        would not stop it, and the agent would lose track of work that goes on (only a policy
+        that blocks on it names it in a refusal; that refusal then stands).
         """
         forced: set[ObligationRef] = set()
         while True:
@@ -413,6 +416,8 @@ class GuardedCompactor:
             except SummaryRejected:
                 raise
             except CompactionRefused as refused:
+                if any(ref.kind == "background_task" for ref in refused.obligations):
+                    raise
                 fresh = set(refused.obligations) - forced
                 if not fresh or not self.force_terminal(refused, conversation_id=conversation_id):
                     raise

@@ -621,9 +621,14 @@ def must_carry(
     pending += [ObligationRef(r.kind, r.id, None, r.name) for r in analysis.ledger_only]
     # Only the ledger records an obligation abandoned.
     recorded = analysis.ledger is not None and bool(analysis.ledger.obligations)
-    abandoned = tuple(
+    abandoned = [
         ObligationRef(o.kind, o.id, o.opened, o.name)
         for o in (analysis.obligations if recorded else ())
         if o.status == "abandoned"
-    )
-    return MustCarry(identifiers, negatives, tuple(dict.fromkeys(pending)), abandoned, left_out)
+    ]
+    # ...or the transcript proves a call's run ended without it (`abandoned_call`).
+    abandoned += [f.obligation for f in carried if f.rule == "abandoned_call" and f.obligation]
+    return MustCarry(
+        identifiers, negatives, tuple(dict.fromkeys(pending)), tuple(dict.fromkeys(abandoned)),
+        left_out,
+    )  # fmt: skip

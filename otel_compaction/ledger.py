@@ -48,14 +48,14 @@ __all__ = [
 ]
 
 ObligationKind = Literal[
-    "tool_call", "transaction", "retry", "commitment", "tool_result", "background_task"
+    "tool_call", "transaction", "retry", "commitment", "tool_result", "background_task", "approval"
 ]
 ResolutionStatus = Literal[
-    "result", "error", "abandoned", "given_up", "withdrawn", "rolled_back", "absorbed"
+    "result", "error", "abandoned", "given_up", "withdrawn", "rolled_back", "absorbed", "denied"
 ]
 """``result``/``error``/``abandoned`` end a tool call; the forced terminal states of the other
 kinds are ``given_up`` (a retry chain), ``withdrawn`` (a commitment), ``rolled_back`` (a
-transaction) and ``absorbed`` (a result with no call)."""
+transaction), ``absorbed`` (a result with no call) and ``denied`` (an approval request)."""
 
 DEFAULT_CONVERSATION = ""
 

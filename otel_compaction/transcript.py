@@ -11,8 +11,11 @@ Three wire formats are read, detected per message so a transcript may mix them:
 
 Pairing is exact: a result resolves the latest still-unanswered call with the same id in an
 earlier message (the call it follows, as the providers pair them), because real transcripts
-reuse ids. Parsing is a single pass; the closed cuts come from one difference array, so
-everything here is linear in the transcript size.
+reuse ids. A long-running tool's interim result (a JSON object whose ``status`` says the work is
+still under way, as Google ADK's ``LongRunningFunctionTool`` returns) pairs with its call without
+resolving it: the final result, a later response with the same id, does. Parsing is a single
+pass; the closed cuts come from one difference array, so everything here is linear in the
+transcript size.
 
 Besides pairing, the providers reject cuts inside some runs of messages; the parser records
 them as `Unit`s (each rule module cites the provider's documentation):
@@ -102,6 +105,8 @@ _RESPONSES_PASSIVE: Final = frozenset(
     }
 )
 _TEXT_PARTS: Final = frozenset({"text", "input_text", "output_text", "refusal"})
+# The statuses of a long-running tool's interim result: the work goes on, the result comes later.
+_INTERIM_STATUSES: Final = frozenset({"pending", "in_progress", "in-progress", "queued"})
 _THINKING: Final = frozenset({"thinking", "redacted_thinking"})
 # Responses items the model outputs (what a reasoning item produces), as opposed to inputs.
 _RESPONSES_OUTPUT_ITEMS: Final = frozenset({"message", *_RESPONSES_CALLS})
@@ -145,7 +150,9 @@ class ToolResult:
     """One tool result sent back to the model.
 
     ``call`` is the index in `Transcript.calls` of the call it resolves, or None for an
-    orphan (no earlier unanswered call carries its id).
+    orphan (no earlier unanswered call carries its id). ``interim`` marks a long-running
+    tool's first answer (``{"status": "pending", ...}``): it pairs with its call and leaves it
+    open for the final result.
     """
 
     call_id: str
@@ -154,6 +161,7 @@ class ToolResult:
     text: str
     ordinal: int
     call: int | None = None
+    interim: bool = False
 
 
 @dataclass(slots=True)
@@ -541,10 +549,11 @@ class TranscriptBuilder:
             entry = self.entries[index]
             if entry.format != PLAIN:
                 self.formats.add(entry.format)
-            calls = self.calls
+            calls, results = self.calls, self.results
             for ordinal in entry.results:
-                call = self.results[ordinal].call
-                if call is not None and calls[call].message_index < index:
+                result = results[ordinal]
+                call = result.call
+                if call is not None and calls[call].message_index < index and not result.interim:
                     self._open -= 1
             for ordinal in entry.calls:
                 if calls[ordinal].result is None:
@@ -666,6 +675,10 @@ class TranscriptBuilder:
         if own is not None and self.calls[own].result is None:
             result.call = own
             self._answer(own, ordinal)
+        elif (
+            waiting and (call_id or len(waiting) == 1) and status == "result" and _is_interim(text)
+        ):
+            result.call, result.interim = waiting[-1], True  # still waiting for its final result
         elif waiting and (call_id or len(waiting) == 1):
             # The call it follows: the latest one still waiting (ids reused while a call is
             # open pair as the providers pair them). A result without an id pairs by position
@@ -837,13 +850,27 @@ class TranscriptBuilder:
             output = item.get("output")
             self._result(entry, call_id, output, _is_error_payload(output))
         elif kind in _RESPONSES_PASSIVE:
-            role = item.get("role", "assistant")
+            # An approval's response is the user's answer to the model's request, not output.
+            role = item.get("role", "user" if kind == "mcp_approval_response" else "assistant")
             entry.role = role if isinstance(role, str) and role in _ROLES else "assistant"
             self.entries.append(entry)
             entry.text = _text(item.get("content", item.get("summary")))
             entry.chars = len(entry.text)
         else:
             raise TranscriptError(f"unknown Responses item type {kind!r}", message_index=index)
+
+
+def _is_interim(text: str) -> bool:
+    """A long-running tool's interim answer: a JSON object whose ``status`` says the work is
+    still under way (the final result follows as another response with the same call id)."""
+    if text[:1] != "{" or '"status"' not in text:
+        return False  # most results: not a JSON object, or no status in it
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    status = value.get("status") if isinstance(value, dict) else None
+    return isinstance(status, str) and status.lower() in _INTERIM_STATUSES
 
 
 def _is_error_payload(output: Any) -> bool:

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 from telemetry_harness import Pipeline, make_pipeline
-from transcript_builders import ANTHROPIC, CHAT, Call, Script
+from transcript_builders import ANTHROPIC, CHAT, Call, Script, policy_with
 
 from otel_compaction import Archive, CompactionGate, CompactionRefused, GuardedCompactor
+from otel_compaction.policy import Policy
 from otel_compaction.telemetry import semconv as sc
 
 PADDING = "Please keep a careful record of everything in this conversation. " * 40
@@ -82,7 +83,7 @@ CASES: dict[str, tuple[Callable[[Script], None], str, str, str]] = {
     ),
     "background_task": (
         background_task,
-        "default",
+        "blocking_background",  # carried under the shipped policies; this one blocks on it
         "abandoned",
         "wait for it to finish or stop it, or force_terminal() records it abandoned",
     ),
@@ -119,7 +120,12 @@ def test_refuse_then_force_terminal_then_compact(
 ) -> None:
     end, policy, status, how = CASES[kind]
     messages = conversation(end, fmt)
-    compactor = GuardedCompactor(budget=200, policy=policy, telemetry=pipeline.telemetry)
+    chosen: str | Policy = (
+        policy_with("default", rules={"open_background_task": "block"})
+        if policy == "blocking_background"
+        else policy
+    )
+    compactor = GuardedCompactor(budget=200, policy=chosen, telemetry=pipeline.telemetry)
     addressable = policy == "strict"  # strict would also block the unarchived span itself
     if addressable:
         compactor.archive = Archive(tmp_path / "archive.sqlite3")
@@ -172,12 +178,15 @@ def test_compact_or_force_discharges_every_kind_at_once(pipeline: Pipeline) -> N
         for r in pipeline.ledger.snapshot(CONVERSATION).obligations
         if r.kind != "tool_call" or r.id == "c1"
     }
+    # The deploy call's run ended without its result (the user asked on, the model answered):
+    # the transcript discharges it as abandoned, so it is carried, not forced in the ledger.
     assert statuses == {
         "transaction": "rolled_back",
         "retry": "given_up",
         "commitment": "withdrawn",
-        "tool_call": "abandoned",
     }
+    assert result.decision is not None
+    assert [r.id for r in result.decision.must_carry.abandoned] == ["c1"]
 
 
 def test_an_old_promise_goes_stale_and_is_reported(pipeline: Pipeline) -> None:

@@ -39,13 +39,20 @@ def payload(session: Path, event: str, **extra: Any) -> str:
     )
 
 
-def busy_session(tmp_path: Path) -> Path:
+def building_session(tmp_path: Path) -> ClaudeSession:
     """A release build started in the background, never seen finished."""
     s = ClaudeSession(tmp_path / "busy.jsonl")
     s.user("Build the release in the background, then tell me.")
     s.call("toolu_1", "Bash", command="make release", run_in_background=True)
     s.result("toolu_1", "Command running in background with ID: bash_7")
     s.say("The release build is running in the background (bash_7).")
+    return s
+
+
+def busy_session(tmp_path: Path) -> Path:
+    """The background build, and a deploy whose call is still waiting for its result."""
+    s = building_session(tmp_path)
+    s.call("toolu_2", "Bash", command="make deploy")
     return s.write()
 
 
@@ -64,15 +71,25 @@ def quiet_session(tmp_path: Path) -> Path:
     return s.write()
 
 
-def test_precompact_blocks_over_a_background_task(tmp_path: Path) -> None:
+def test_precompact_blocks_over_a_call_in_flight(tmp_path: Path) -> None:
     result = run_hook(
         "claude-code", payload(busy_session(tmp_path), "PreCompact", trigger="manual"),
         environ(tmp_path),
     )  # fmt: skip
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert "background_task Bash (bash_7)" in result.stderr
-    assert "wait for it to finish or stop it" in result.stderr
+    assert "tool_call Bash (toolu_2)" in result.stderr
+    assert "append its result" in result.stderr
+
+
+def test_precompact_carries_a_background_task_by_its_handle(tmp_path: Path) -> None:
+    # The build may run for the rest of the session: it is carried, not a block.
+    session = building_session(tmp_path).write()
+    result = run_hook(
+        "claude-code", payload(session, "PreCompact", trigger="manual"), environ(tmp_path)
+    )
+    assert result.exit_code == 0
+    assert "background_task Bash (bash_7): still pending" in result.stdout
 
 
 def test_codex_blocks_with_its_own_answer(tmp_path: Path) -> None:
@@ -82,7 +99,7 @@ def test_codex_blocks_with_its_own_answer(tmp_path: Path) -> None:
     assert result.exit_code == 0
     answer = json.loads(result.stdout)
     assert answer["continue"] is False
-    assert "bash_7" in answer["stopReason"]
+    assert "toolu_2" in answer["stopReason"]
 
 
 def test_an_automatic_compaction_only_warns_by_default(tmp_path: Path) -> None:
@@ -92,7 +109,7 @@ def test_an_automatic_compaction_only_warns_by_default(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0
     assert "auto compaction allowed" in result.stderr
-    assert "background_task Bash (bash_7): still pending" in result.stdout
+    assert "tool_call Bash (toolu_2): still pending" in result.stdout
 
 
 def test_precompact_archives_and_hands_over_the_must_carry(tmp_path: Path) -> None:
@@ -248,7 +265,7 @@ def test_the_hook_command_line_sets_the_policy(
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
     monkeypatch.setattr("sys.stdin", io.StringIO(payload(session, "PreCompact", trigger="auto")))
     assert main(["hook", "claude-code", "--policy", str(policy)]) == 2
-    assert "bash_7" in capsys.readouterr().err
+    assert "toolu_2" in capsys.readouterr().err
 
 
 def test_a_hook_run_exports_its_decision_over_otlp(
@@ -274,8 +291,8 @@ def test_a_hook_run_exports_its_decision_over_otlp(
     [span] = otlp_http_receiver.wait_for_spans("compaction.evaluate")
     assert span.attributes["compaction.action"] == "refuse"
     [refused] = [e for e in span.events if e.name == "compaction.refused"]
-    assert refused.attributes["compaction.obligation.ids"] == ["bash_7"]
-    assert "bash_7" in capsys.readouterr().err
+    assert refused.attributes["compaction.obligation.ids"] == ["toolu_2"]
+    assert "toolu_2" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from conftest import Transcript as Record
 from test_incremental import random_transcript
+from transcript_builders import policy_with
 
 from otel_compaction import CompactionGate, Policy
 from otel_compaction.analysis import Analysis
@@ -76,6 +77,8 @@ def test_stale_calls_commitments_and_retries_are_marked_alike() -> None:
             messages.append(
                 {"role": "tool", "tool_call_id": f"c{turn}", "content": "Error: timed out"}
             )
-    analysis = CompactionGate("default").analyse(messages, conversation_id="s")
+    # The unanswered calls' runs ended without them: kept open here, so that they go stale.
+    kept = policy_with("default", rules={"abandoned_call": "off"})
+    analysis = CompactionGate(kept).analyse(messages, conversation_id="s")
     assert analysis.stale  # the case is exercised
     assert_same_as_sorted(analysis)

@@ -111,10 +111,11 @@ def decision_dict(decision: Any) -> dict[str, Any]:
         "span": list(decision.span),
         "obligations": [[o.kind, o.id, o.name] for o in decision.obligations],
         "pending": [[o.kind, o.id, o.name] for o in decision.must_carry.pending],
-        "warned": [
+        # Reported without holding the span: an obligation with no place in the transcript.
+        "reported": [
             [f.rule, f.obligation.id]
             for f in decision.findings
-            if f.severity == "warn" and f.obligation is not None
+            if f.severity in ("warn", "carry") and f.message_index is None and f.obligation
         ],
     }
 
@@ -194,7 +195,7 @@ def test_a_fresh_process_sees_the_interrupted_call_resumes_it_and_it_closes(
         "span": [0, 3],
         "obligations": [["tool_call", CALL_ID, "refund"]],
         "pending": [["background_task", interrupt_id, "langgraph interrupt in tools"]],
-        "warned": [["open_background_task", interrupt_id]],
+        "reported": [["open_background_task", interrupt_id]],
     }
     # Resumed, the call has its ToolMessage and the graph ran to its end: nothing is owed.
     assert found["messages_after"] == [
@@ -276,8 +277,9 @@ def test_an_interrupt_only_the_engine_knows_is_carried_by_the_summary() -> None:
     assert [(o.kind, o.id, o.name) for o in decision.must_carry.pending] == [
         ("background_task", interrupt_id, "langgraph interrupt in review")
     ]
-    warned = [f.rule for f in decision.findings if f.severity == "warn"]
-    assert warned == ["open_background_task"]
+    # Carried (background work is), and no cut can sever it: it has no place in the transcript.
+    reported = [(f.rule, f.severity) for f in decision.findings if f.message_index is None]
+    assert reported == [("open_background_task", "carry")]
     graph.invoke(Command(resume="approved"), config("t-review"))
     messages = to_openai_messages(graph.get_state(config("t-review")).values["messages"])
     after = gate.evaluate(messages, 0, len(messages), conversation_id="t-review")

@@ -227,7 +227,7 @@ class TranscriptIndex:
         for result in results[self._results :]:
             if result.call is None:
                 self.loose.setdefault(result.call_id, []).append(result)
-            else:
+            elif not result.interim:  # a long-running call's interim answer leaves it open
                 answered.append(result.call)
         self._entries = len(entries)
         self._last = entries[-1] if entries else None

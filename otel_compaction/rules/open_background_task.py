@@ -1,13 +1,19 @@
 """``open_background_task``: work the agent started in the background (a shell command run
-with ``run_in_background``, a background subagent) that the transcript has not seen finish.
+with ``run_in_background``, a background subagent, a Codex ``exec_command`` session still
+alive) that the transcript has not seen finish.
 
 Background work is an obligation in its own right: its tool call is answered at once ("running
-in background with ID ..."), so pairing sees nothing open, yet the work goes on, and a summary
-that drops it makes the agent start it again (Claude Code once lost background subagents at
-compaction and spawned them again). The task closes when a later result that names its id
-shows it done (a terminal status), when a kill tool names it, or through `force_terminal`
-(recorded abandoned). The launch arguments, the id shapes, the terminal statuses and the kill
-tools are the policy's (``patterns.background``).
+in background with ID ...", "Process running with session ID 7"), so pairing sees nothing
+open, yet the work goes on, and a summary that drops it makes the agent start it again (Claude
+Code once lost background subagents at compaction and spawned them again). It is carried, not
+blocking: the task may run for the rest of the session, so holding every span over it would
+stop compaction until the budget is critical; the summary must name it by its handle instead.
+The task closes when a later result that names its id shows it done (a terminal status, and
+no "still running" status), when a kill tool names it, or through `force_terminal` (recorded
+abandoned). A Codex session is named by the ``session_id`` of the later ``write_stdin`` calls
+and is done when one says the process exited. The launch arguments, the id shapes, the
+terminal statuses and the kill tools are the policy's (``patterns.background``); Codex's
+session shapes and the "still running" statuses are this rule's.
 """
 
 from __future__ import annotations
@@ -17,12 +23,23 @@ import json
 import operator
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from otel_compaction.rules.base import Discharge, Finding, Rule, SpanView, Tracked, unclosed
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
+
+
+# A command that outlived its call (Codex's unified exec): its session id, polled later by
+# `write_stdin` with ``session_id``, until a poll says the process exited.
+_SESSION_RUNNING: Final = re.compile(r"(?m)^Process running with session ID (\d+)")
+_SESSION_EXITED: Final = re.compile(r"(?m)^Process exited with code -?\d+")
+# Statuses that say the task still runs, whatever its output says ("build completed" in the
+# output of a dev server still running is not its end).
+_STILL_RUNNING: Final = re.compile(
+    r"(?i)<status>\s*running\s*</status>|^Process running with session ID", re.MULTILINE
+)
 
 
 def _launched(arguments: str, flags: list[str]) -> bool:
@@ -38,7 +55,8 @@ def _launched(arguments: str, flags: list[str]) -> bool:
 @dataclass(slots=True)
 class _Task:
     """One background task: where a result names it done (final once found) and, failing
-    that, the first notice of the runtime's that does."""
+    that, the first notice of the runtime's that does. A session (``session``) is named only
+    by the arguments of the calls that poll it, and done only when one says it exited."""
 
     ordinal: int  # of the launching call: tasks are kept in call order
     call: str
@@ -47,6 +65,7 @@ class _Task:
     started: int  # the message of the launching call's result
     next_result: int  # the result ordinal to read from
     next_entry: int  # the message to read from
+    session: bool = False
     by_result: tuple[int, str] | None = None
     by_entry: int | None = None
 
@@ -55,27 +74,46 @@ _ORDINAL = operator.attrgetter("ordinal")
 
 
 class _Tasks:
-    __slots__ = ("tasks", "upto", "waiting")
+    __slots__ = ("results", "sessions", "tasks", "upto", "waiting")
 
     def __init__(self) -> None:
         self.upto = 0  # calls read
+        self.results = 0  # results read for sessions still running
         self.waiting: list[int] = []  # launching calls whose result has not come yet
         self.tasks: list[_Task] = []
+        self.sessions: set[str] = set()  # the sessions found (a poll names one again)
 
 
-def scan(analysis: Analysis) -> list[Tracked]:
-    """Every background task with where it is seen finished (None while it runs)."""
-    settings = analysis.policy.patterns.background
-    ids = analysis.policy.background_id_regex
-    done = analysis.policy.background_done_regex
-    if not settings.launch_arguments or ids is None:
-        return []
+def _sessions(fold: _Tasks, analysis: Analysis) -> None:
+    """The sessions that calls left running, from the results read since last time."""
     transcript = analysis.transcript
-    calls, results, entries = transcript.calls, transcript.results, transcript.entries
-    fold = analysis.scans.fold("open_background_task", _Tasks, len(calls))
-    fold.waiting += [
-        c.ordinal for c in calls[fold.upto :] if _launched(c.arguments, settings.launch_arguments)
-    ]
+    results = transcript.results
+    for result in results[fold.results :]:
+        call = transcript.call_of(result)
+        match = _SESSION_RUNNING.search(result.text) if call is not None else None
+        if call is None or match is None or match.group(1) in fold.sessions:
+            continue
+        task = match.group(1)
+        fold.sessions.add(task)
+        named = re.compile(rf'"session_id"\s*:\s*"?{task}(?![\d"])')
+        bisect.insort(
+            fold.tasks,
+            _Task(
+                call.ordinal, call.name, task, named, result.message_index, result.ordinal + 1,
+                result.message_index + 1, session=True,
+            ),
+            key=_ORDINAL,
+        )  # fmt: skip
+    fold.results = len(results)
+
+
+def _flagged(fold: _Tasks, analysis: Analysis) -> None:
+    """The tasks of the calls launched with a background flag whose result names their id."""
+    ids = analysis.policy.background_id_regex
+    flags = analysis.policy.patterns.background.launch_arguments
+    calls, results = analysis.transcript.calls, analysis.transcript.results
+    if flags and ids is not None:
+        fold.waiting += [c.ordinal for c in calls[fold.upto :] if _launched(c.arguments, flags)]
     fold.upto = len(calls)
     still: list[int] = []
     for ordinal in fold.waiting:
@@ -84,7 +122,7 @@ def scan(analysis: Analysis) -> list[Tracked]:
             still.append(ordinal)
             continue
         started = results[call.result]
-        match = ids.search(started.text)
+        match = ids.search(started.text) if ids is not None else None
         if match is None:
             continue
         task = next((g for g in match.groups() if g), match.group(0))
@@ -92,42 +130,57 @@ def scan(analysis: Analysis) -> list[Tracked]:
         bisect.insort(
             fold.tasks,
             _Task(
-                ordinal,
-                call.name,
-                task,
-                named,
-                started.message_index,
-                started.ordinal + 1,
+                ordinal, call.name, task, named, started.message_index, started.ordinal + 1,
                 started.message_index + 1,
             ),
             key=_ORDINAL,
-        )
+        )  # fmt: skip
     fold.waiting = still
-    kill_tools = set(settings.kill_tools)
+
+
+def _follow(task: _Task, analysis: Analysis) -> None:
+    """Read the results (and the runtime's notices) since last time for the task's end."""
+    transcript = analysis.transcript
+    results, entries = transcript.results, transcript.entries
+    done = analysis.policy.background_done_regex
+    if task.by_result is None:
+        kill_tools = analysis.policy.patterns.background.kill_tools
+        ended = _SESSION_EXITED if task.session else done
+        for later in results[task.next_result :]:
+            asked = transcript.call_of(later)
+            about = (not task.session and task.named.search(later.text)) or (
+                asked is not None and task.named.search(asked.arguments)
+            )
+            if not about:
+                continue
+            if asked is not None and asked.name in kill_tools:
+                task.by_result = (later.message_index, "stopped")
+                break
+            text = later.text
+            if ended is not None and ended.search(text) and not _STILL_RUNNING.search(text):
+                task.by_result = (later.message_index, "finished")
+                break
+        task.next_result = len(results)
+    if task.by_result is None and task.by_entry is None and done is not None and not task.session:
+        # The runtime may also report it in its own message (a notification).
+        for entry in entries[task.next_entry :]:
+            if entry.text and task.named.search(entry.text) and done.search(entry.text):
+                task.by_entry = entry.index
+                break
+        task.next_entry = len(entries)
+
+
+def scan(analysis: Analysis) -> list[Tracked]:
+    """Every background task with where it is seen finished (None while it runs)."""
+    transcript = analysis.transcript
+    fold = analysis.scans.fold("open_background_task", _Tasks, len(transcript.calls))
+    if fold.results > len(transcript.results):  # a rewrite with fewer results: read afresh
+        fold = analysis.scans.fold("open_background_task", _Tasks, -1)
+    _sessions(fold, analysis)
+    _flagged(fold, analysis)
     out: list[Tracked] = []
     for task in fold.tasks:
-        if task.by_result is None:
-            for later in results[task.next_result :]:
-                asked = transcript.call_of(later)
-                about = task.named.search(later.text) or (
-                    asked is not None and task.named.search(asked.arguments)
-                )
-                if not about:
-                    continue
-                if asked is not None and asked.name in kill_tools:
-                    task.by_result = (later.message_index, "stopped")
-                    break
-                if done is not None and done.search(later.text):
-                    task.by_result = (later.message_index, "finished")
-                    break
-            task.next_result = len(results)
-        if task.by_result is None and task.by_entry is None and done is not None:
-            # The runtime may also report it in its own message (a notification).
-            for entry in entries[task.next_entry :]:
-                if entry.text and task.named.search(entry.text) and done.search(entry.text):
-                    task.by_entry = entry.index
-                    break
-            task.next_entry = len(entries)
+        _follow(task, analysis)
         resolved: int | None
         if task.by_result is not None:
             resolved, status = task.by_result
@@ -145,7 +198,8 @@ def scan(analysis: Analysis) -> list[Tracked]:
 
 
 def check(view: SpanView) -> list[Finding]:
-    """Background tasks started in the span and not seen finished in it."""
+    """Background tasks started in the span and not seen finished in it (still running: the
+    summary must carry each by its handle)."""
     return unclosed(view, "open_background_task", "background task", "background_task")
 
 
@@ -153,7 +207,7 @@ RULE = Rule(
     name="open_background_task",
     kind="obligation",
     summary="background work started in the span and not seen finished",
-    severities={"default": "block", "strict": "block", "lenient": "warn"},
+    severities={"default": "carry", "strict": "carry", "lenient": "warn"},
     check=check,
     scan=scan,
     discharge=Discharge(

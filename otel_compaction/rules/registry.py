@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from otel_compaction.rules import (
+    abandoned_call,
     dangling_commitment,
     ledger_mismatch,
     not_addressable,
@@ -15,6 +16,7 @@ from otel_compaction.rules import (
     open_tool_call,
     open_transaction,
     orphan_result,
+    pending_approval,
     pending_retry,
     reasoning_item,
     severed_obligation,
@@ -49,7 +51,9 @@ RULES: Final[Mapping[str, Rule]] = {
         pending_retry.RULE,
         dangling_commitment.RULE,
         open_background_task.RULE,
+        pending_approval.RULE,
         stale_obligation.RULE,
+        abandoned_call.RULE,
         null_result.RULE,
         unresolved_reference.RULE,
         not_addressable.RULE,

@@ -126,6 +126,15 @@ class DecisionTelemetry:
                 span.add_event(semconv.EVENT_EXTENDED, event)
             span.add_event(_EVENT_OF_ACTION[decision.action], event)
             for finding in decision.findings:
+                if finding.rule == "abandoned_call" and finding.obligation is not None:
+                    span.add_event(
+                        semconv.EVENT_ABANDONED,
+                        {
+                            semconv.OBLIGATION_KIND: finding.obligation.kind,
+                            semconv.OBLIGATION_ID: self._id(finding.obligation),
+                            semconv.ABANDON_REASON: semconv.ABANDON_REASON_RUN_ENDED,
+                        },
+                    )
                 if finding.rule == "stale_obligation" and finding.obligation is not None:
                     span.add_event(
                         semconv.EVENT_STALE,

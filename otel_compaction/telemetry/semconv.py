@@ -72,6 +72,9 @@ RETRY_ATTEMPT: Final = "compaction.retry.attempt"
 ABANDON_REASON: Final = "compaction.abandon.reason"
 ABANDON_REASON_EVICTED: Final = "evicted"
 """The reason of a call abandoned because the ledger's bound dropped its obligation."""
+ABANDON_REASON_RUN_ENDED: Final = "run_ended"
+"""The reason of a call the transcript proves will never be answered: its run ended without
+its result (the ``abandoned_call`` rule); an event on the evaluation span (kind, id, reason)."""
 
 ACTION: Final = "compaction.action"
 RULE: Final = "compaction.rule"
