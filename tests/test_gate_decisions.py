@@ -404,7 +404,8 @@ def test_refusal_names_every_open_obligation(fmt: str) -> None:
         f"tool_call create_user (a) at message {s.at['a']}: append its result, or "
         "force_terminal() records it abandoned",
         f"tool_call audit_log (c) at message {s.at['c']}",
-        f"commitment I will verify ({commitment}) at message {promise}: make the promised "
+        f"commitment I will verify the account before proceeding. ({commitment}) at message "
+        f"{promise}: make the promised "
         "call, or force_terminal() records it withdrawn",
     ):
         assert fragment in message
@@ -689,7 +690,7 @@ def test_must_carry_pending_is_what_is_still_open_at_the_cut() -> None:
     decision = gate("lenient").evaluate(s.messages, 0, promise + 1)
     assert decision.action == "compact"
     assert [(p.kind, p.message_index, p.name) for p in decision.must_carry.pending] == [
-        ("commitment", promise, "I will check")
+        ("commitment", promise, "I will check the queue depth.")
     ]
     assert decision.must_carry.pending[0].subjects == ("queue", "depth")
     # An obligation after the cut is in the kept part, not the summary's to carry.

@@ -367,7 +367,7 @@ def test_verbose_patterns_with_comments_and_capture_groups_work(tmp_path: Path) 
         {"role": "user", "content": "and ord_12345?"},
     ]
     held = gate.evaluate(messages, 0, 2, raise_on_refuse=False)
-    assert [(o.kind, o.name) for o in held.obligations] == [("commitment", "I will check")]
+    assert [(o.kind, o.name) for o in held.obligations] == [("commitment", "I will check it.")]
     assert gate.evaluate(messages, 0, 1).must_carry.identifiers == ("ord_12345",)
 
 

@@ -1,11 +1,12 @@
 """``dangling_commitment``: the assistant promised an action ("I will verify X") and no tool
 call has followed yet (seed 2).
 
-Only the assistant's own statements of intent count: a question to the user ("Shall I check
-...?") or a promise conditional on the user ("I will confirm the details once I have this
-information") waits on the user, not on the runtime, so it is no obligation. The next tool call,
-in the same message or a later one, keeps the promise; `force_terminal` records it withdrawn;
-it goes stale after the policy's ``stale_after``.
+Only the assistant's own statements of intent count. A message that asks the user something (a
+question, a request to confirm or provide) waits on the user, and so does a promise conditional
+on the user ("I will confirm the details once I have this information"): none of its promises
+is owed by the runtime. The next tool call, in the same message or a later one (the calls that
+follow it in the same turn), keeps the promise; `force_terminal` records it withdrawn; it goes
+stale after the policy's ``stale_after``. A promise is named by its whole sentence.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
     from otel_compaction.policy import Policy
 
+# A request to the user, the way an assistant ends a turn it cannot go on with alone.
+_REQUEST: Final = re.compile(
+    r"(?i)\b(?:please|kindly) (?:confirm|provide|let (?:me|us) know|share|tell|specify|choose"
+    r"|select|reply|advise|verify|check and confirm)\b|\blet (?:me|us) know (?:if|whether|which)\b"
+)
 _WORD: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]{3,}")
 _FILLER: Final = frozenset(
     [
@@ -66,20 +72,40 @@ _FILLER: Final = frozenset(
 
 
 def promises(policy: Policy, text: str) -> list[tuple[str, str]]:
-    """The (phrase, sentence) pairs of `text` that promise an action of the assistant's own."""
+    """The (phrase, sentence) pairs of `text` that promise an action of the assistant's own;
+    none when `text` asks the user something (`asks_user`).
+
+    Example:
+        >>> from otel_compaction import Policy
+        >>> promises(Policy.load("default"), "I will verify the refund. Then I'm done.")
+        [('I will verify', 'I will verify the refund.')]
+    """
     regex = policy.commitment_regex
-    if regex is None or not text or not regex.found(text):
+    if regex is None or not text:
+        return []
+    text = text.replace("\u2019", "'")  # I\u2019ll, as some models write it
+    if not regex.found(text):
         return []
     conditional = policy.commitment_conditional_regex
+    said = sentences(text)
+    if asks_user(said):
+        return []
     out: list[tuple[str, str]] = []
-    for sentence in sentences(text):
+    for sentence in said:
         match = regex.search(sentence)
-        if match is None or sentence.endswith("?"):
+        if match is None:
             continue
         if conditional is not None and conditional.found(sentence):
             continue
-        out.append((match.group(0), sentence))
+        out.append((match.group(0), " ".join(sentence.split())))
     return out
+
+
+def asks_user(said: list[str]) -> bool:
+    """Whether a message of these sentences asks the user something: a question, or a request
+    to confirm, provide or choose. Such a message waits on the user's answer, whatever it
+    promises ("Let me confirm the details: ... Could you please confirm?")."""
+    return any(s.endswith("?") or _REQUEST.search(s) for s in said)
 
 
 def subjects(sentence: str) -> tuple[str, ...]:
@@ -107,7 +133,7 @@ class _Promises:
                 self.open.append(len(tracked))
                 tracked.append(
                     Tracked(
-                        "dangling_commitment", "commitment", f"commitment-{digest}", phrase,
+                        "dangling_commitment", "commitment", f"commitment-{digest}", sentence,
                         entry.index, None, "open", subjects(sentence.replace(phrase, " ")),
                     )
                 )  # fmt: skip
