@@ -36,7 +36,7 @@ from typing import Any, Final
 from otel_compaction.identifiers import canonical
 from otel_compaction.policy import Policy
 from otel_compaction.sessions import read_session
-from otel_compaction.transcript import Transcript
+from otel_compaction.transcript import ToolCall, Transcript
 from otel_compaction.verification import Verification, verify_summary
 
 __all__ = ["KINDS", "LABELS", "Row", "evaluate", "format_table", "main"]
@@ -115,12 +115,15 @@ def evaluate(
         reported = {(n.call_id, n.message_index) for n in check.missing_negatives}
         caught["negatives"] += len(reported & case.negatives)
         false["negatives"] += len(reported - case.negatives)
-        for ref in dict.fromkeys(check.missing_pending):
-            hit = ref.id in case.pending_calls or (
-                ref.kind == "commitment" and ref.message_index in case.pending_promises
-            )
-            caught["pending"] += hit
-            false["pending"] += not hit
+        hit_pending: set[str | int | None] = set()
+        for ref in check.missing_pending:
+            if ref.id in case.pending_calls:
+                hit_pending.add(ref.id)
+            elif ref.kind == "commitment" and ref.message_index in case.pending_promises:
+                hit_pending.add(ref.message_index)
+            else:
+                false["pending"] += 1
+        caught["pending"] += len(hit_pending)
     return [_row(kind, planted[kind], caught[kind], false[kind]) for kind in KINDS]
 
 
@@ -249,10 +252,11 @@ def _conversation(
     return [dict(m) for i, m in enumerate(session.messages) if i not in summaries]
 
 
-def _call(transcript: Transcript, anchor: Mapping[str, Any]) -> Any:
+def _call(transcript: Transcript, anchor: Mapping[str, Any]) -> ToolCall:
     """The `occurrence`-th call carrying `call_id`."""
     matching = [c for c in transcript.calls if c.id == anchor["call_id"]]
-    return matching[anchor.get("occurrence", 0)]
+    occurrence: int = anchor.get("occurrence", 0)
+    return matching[occurrence]
 
 
 def _cut_after(transcript: Transcript, anchor: Mapping[str, Any]) -> int:
