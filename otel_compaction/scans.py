@@ -32,7 +32,13 @@ Outcome = Literal["success", "silent", "failure", "absence", "rejection"]
 """What a result says: it worked (with output, or silently), it failed (and may be retried),
 something was not the case, or the call was refused before it ran."""
 
-_COMMAND_KEYS: Final = frozenset({"command", "cmd", "script"})
+# Arguments that set how a call runs, not what it is about: a summary never names a call by
+# its output mode, its timeout or its working directory.
+_OPTION_KEYS: Final = frozenset({
+    "output_mode", "timeout", "timeout_ms", "yield_time_ms", "max_output_tokens",
+    "run_in_background", "subagent_type", "head_limit", "limit", "offset", "multiline",
+    "workdir", "cwd", "sandbox_permissions", "justification", "-A", "-B", "-C", "-n", "-i",
+})  # fmt: skip
 
 
 class _Folding(Protocol):
@@ -62,7 +68,8 @@ class _Appended:
 
 
 def call_subjects(call: ToolCall | None) -> tuple[str, ...]:
-    """The argument values a call is about (what a summary names it by), longest first."""
+    """The argument values a call is about (what a summary names it by), longest first;
+    options (an output mode, a timeout, a working directory) aside."""
     if call is None or not call.arguments:
         return ()
     try:
@@ -71,21 +78,22 @@ def call_subjects(call: ToolCall | None) -> tuple[str, ...]:
         value = call.arguments
     found: list[str] = []
 
-    def walk(item: Any, key: str = "") -> None:
+    def walk(item: Any) -> None:
         if isinstance(item, dict):
             for name, inner in item.items():
-                walk(inner, str(name))
+                if name not in _OPTION_KEYS:
+                    walk(inner)
         elif isinstance(item, list):
             for inner in item:
-                walk(inner, key)
+                walk(inner)
         elif isinstance(item, str):
             text = item.strip()
-            if 3 <= len(text) <= 120:
+            # A short value is a subject only as a pattern (a Glob of ``*``).
+            if 3 <= len(text) <= 120 or (text and "*" in text):
                 found.append(text)
-            # A command or a long query is named by its parts: the program run, the paths.
+            # A command or a long query is also named by its paths (the program run alone
+            # names nothing: most commands of a session run the same few programs).
             if " " in text:
-                if key in _COMMAND_KEYS and len(text.split()[0]) >= 2:
-                    found.append(text.split()[0])
                 found.extend(c for c in candidates(text) if is_path(c))
         elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 1000:
             found.append(str(item))

@@ -4,23 +4,60 @@ antecedent is in the span (seed 2's "verified by explicit binding").
 An identifier is owed by a summary only when all of these hold: it appears in the span, it
 appears nowhere before the span (the kept head binds it otherwise), and its first appearance
 after the span *refers* to it (assistant text, tool-call arguments, user text). One that a tool
-result after the span re-introduces before anyone uses it is bound there. Identifiers are whole
-values (see `otel_compaction.identifiers`); a bulk listing is ranked by how often the retained
-part uses each one and capped at ``max_identifiers``, the archive handle covering the rest.
+result or the harness after the span re-introduces before anyone uses it is bound there: the
+blocks a harness puts in a user message (Claude Code's ``<task-notification>`` naming a
+background task's output file, a ``<system-reminder>``) introduce what they name. Never owed:
+the system's own paths (``/dev/null``, ``/usr/bin/env``), placeholders (``path/to/file``,
+``../path/to/your.db``, ``<...>``), and test literals (a value written only into the code of a
+test file, such as a fixture's ``user_12345``). Identifiers are whole values (see
+`otel_compaction.identifiers`); a bulk listing is ranked by how often the retained part uses
+each one and capped at ``max_identifiers``, the archive handle covering the rest.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import json
+import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
-from otel_compaction.identifiers import is_path
+from otel_compaction.identifiers import find_identifiers, is_path
 from otel_compaction.rules.base import Discharge, Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
+    from otel_compaction.transcript import Entry
+
+# The system's own paths: a command's ``2>/dev/null``, a script's ``/usr/bin/env``.
+_SYSTEM_PATH: Final = re.compile(
+    r"/(?:dev|proc|sys)(?:/|$)|/(?:usr/(?:local/)?)?s?bin(?:/|$)|/usr/(?:lib|share)/|/tmp/?$"
+)
+# Placeholders written in examples and instructions, never values of the conversation's own.
+_PLACEHOLDER: Final = re.compile(
+    r"(?i)(?:^|[/_.@-])your(?:[_.-]|$)|(?:^|/)path/to/(?:files?|dirs?|directory|folder|"
+    r"project|repo|script)(?:[./]|$)|[<>{}]|(?:^|[@.])example\.(?:com|org|net)$"
+)
+# Harness blocks of a user message: what they name, the harness supplies.
+_HARNESS: Final = re.compile(
+    r"<(system-reminder|task-notification|local-command-stdout|local-command-stderr|"
+    r"bash-stdout|bash-stderr)>(.*?)</\1>",
+    re.DOTALL,
+)
+# A test file (``test/foo_test.exs``, ``tests/test_app.py``, ``src/app.spec.ts``) and the
+# arguments of a call that carry the code it writes into one.
+_TEST_FILE: Final = re.compile(
+    r"(?:^|/)(?:tests?|spec|specs|__tests__|fixtures?)/|(?:^|/)test_[^/]+$|"
+    r"[._-](?:test|spec)\.[A-Za-z0-9]+$|(?:^|/)conftest\.py$"
+)
+_FILE_KEYS: Final = ("file_path", "path", "filename", "notebook_path", "target_file")
+_CODE_KEYS: Final = ("content", "new_string", "old_string", "edits", "new_source", "code")
+
+
+def unowed(value: str) -> bool:
+    """True for a value no summary owes whatever refers to it: a system path, a placeholder."""
+    return bool(_SYSTEM_PATH.match(value) or _PLACEHOLDER.search(value))
 
 
 @dataclass(slots=True)
@@ -52,12 +89,13 @@ class _Table:
     first appearance (ties by value): a transcript that grew only folds its new messages."""
 
     __slots__ = (
-        "at", "first", "last", "owed", "position", "refers", "relative", "tails", "upto",
-        "values",
+        "at", "first", "known", "last", "owed", "position", "refers", "relative", "tails",
+        "upto", "values",
     )  # fmt: skip
 
     def __init__(self) -> None:
         self.upto = 0
+        self.known: dict[str, str] = {}  # the runs judged in harness blocks and test code
         self.position: dict[str, int] = {}
         self.values: list[str] = []
         self.first: list[int] = []
@@ -74,7 +112,11 @@ class _Table:
         position, at, refers, last = self.position, self.at, self.refers, self.last
         for entry in transcript.entries[self.upto :]:
             new: list[tuple[str, bool]] = []
-            for value, refer in identifiers(transcript, entry):
+            supplied = self._supplied(analysis, entry)
+            for value, said in identifiers(transcript, entry):
+                if unowed(value):
+                    continue
+                refer = said and value not in supplied
                 where = position.get(value)
                 if where is None:
                     new.append((value, refer))
@@ -92,6 +134,22 @@ class _Table:
                 refers.append([refer])
                 last.append(entry.index)
         self.upto = len(transcript)
+
+    def _supplied(self, analysis: Analysis, entry: Entry) -> frozenset[str]:
+        """The values of a message that refer to nothing the agent or user chose: those in
+        the harness blocks of a user message, and those in the code a call writes into a
+        test file."""
+        policy = analysis.policy
+        shapes, stopwords = policy.identifier_regex, policy.identifier_stopwords
+        if shapes is None:
+            return frozenset()
+        texts: list[str] = []
+        if entry.role == "user" and "</" in entry.text:
+            texts.extend(block for _, block in _HARNESS.findall(entry.text))
+        for c in entry.calls:
+            texts.extend(_test_code(analysis.transcript.calls[c].arguments))
+        found = (find_identifiers(text, shapes, self.known, stopwords) for text in texts)
+        return frozenset(itertools.chain.from_iterable(found))
 
     def _add_path(self, value: str, at: int) -> None:
         if not value.startswith(("/", "~")):
@@ -125,6 +183,31 @@ class _Table:
             {values[at]: values[target] for at, target in merged.items()},
             {values[i]: new for new, i in enumerate(order) if i in targets},
         )  # fmt: skip
+
+
+def _test_code(arguments: str) -> list[str]:
+    """The code a call's `arguments` write into a test file (none for any other call)."""
+    if not arguments or not any(word in arguments for word in ("test", "spec", "fixture")):
+        return []
+    try:
+        value: Any = json.loads(arguments)
+    except (TypeError, ValueError):
+        return []
+    if not isinstance(value, dict):
+        return []
+    target = next((value[k] for k in _FILE_KEYS if isinstance(value.get(k), str)), "")
+    if not _TEST_FILE.search(target):
+        return []
+    return [text for k in _CODE_KEYS if k in value for text in _strings(value[k])]
+
+
+def _strings(value: Any) -> list[str]:
+    """The strings in a JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [text for item in value for text in _strings(item)] if isinstance(value, list) else []
 
 
 def scan(analysis: Analysis) -> Bindings:
@@ -284,7 +367,9 @@ def _value_rank(table: _Table, bindings: Bindings, value: str, start: int, end: 
     if merged is not None:
         at, refers, length = bindings.at[merged], bindings.refers[merged], bindings.lengths[merged]
     else:
-        position = table.position[value]
+        position = table.position.get(value)
+        if position is None:
+            return None  # a value never owed (see `unowed`)
         at, refers = table.at[position], table.refers[position]
         length = len(at)
     if not start <= at[0] < end:
