@@ -1,0 +1,676 @@
+"""Precision and recall of the rules against the hand-labelled items of ``labels/*.jsonl``.
+
+Each item points into the real data (see ``labels/README.md``): a call, an assistant quote or
+an identifier at a cut, labelled true when it is a real obligation (or owed item) of its kind.
+Every conversation is analysed under the default policy and each item's anchor resolved on
+the parsed conversation; the rule that answers for the item's kind either fires on it or not.
+The table per kind gives labelled true and false, TP, FP, FN, precision, recall and how many
+detections in the same conversations no item labels (new detections show, uncounted).
+
+The user-level line asks, of every conversation of the labelled sources, whether a compaction
+of everything but the last turn would be blocked, and how many of those blocks are caused only
+by items labelled false.
+
+Usage: ``python benchmarks/precision.py [--data DIR] [--format text|json] [--list fp|fn|all]
+[--kind K]``. An anchor that does not resolve is an error naming the label's file and line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_compaction.analysis import Analysis, call_target
+from otel_compaction.gate import CompactionGate, must_carry
+from otel_compaction.policy import Policy
+from otel_compaction.rules.base import SpanView, Tracked
+from otel_compaction.rules.registry import RULES
+from otel_compaction.sessions import read_session
+from otel_compaction.transcript import ToolCall, ToolResult, Transcript
+
+DATA_ENV = "OTEL_COMPACTION_DATA"
+"""Environment variable naming the data root (``transcripts/``, ``sessions/``)."""
+
+LABELS = Path(__file__).resolve().parent / "labels"
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+KIND_RULES: dict[str, tuple[str, ...]] = {
+    "retry": ("pending_retry",),
+    "commitment": ("dangling_commitment",),
+    "negative": ("null_result",),
+    "reference": ("unresolved_reference",),
+    "open_call": ("open_tool_call",),
+    "orphan": ("orphan_result", "unmatched_result"),
+    "background": ("open_background_task",),
+    "interim": ("open_tool_call",),
+    "approval": (),  # any obligation rule that reports the call open
+}
+"""Which rules answer for each kind of item (``approval``: every rule of kind obligation)."""
+
+# How each kind reads "the rule fires on the item":
+#   retry, commitment, background: the rule tracks an obligation opened there (any status:
+#     while it is open a cut just after it is blocked);
+#   negative: the result is among the analysis's negatives;
+#   reference: the identifier is among the must-carry identifiers of the span head..cut;
+#   open_call, approval: the call is still open at the end of the conversation;
+#   interim: the call is still open just after its first result;
+#   orphan: the result answers no earlier unanswered call.
+_OBLIGATION_KINDS = ("retry", "commitment", "background")
+
+Key = tuple[Any, ...]
+"""What a detection is, within one conversation: items and detections compare by key."""
+
+
+class LabelError(ValueError):
+    """A label file that cannot be read or an anchor that does not resolve."""
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One labelled item, with where it was written."""
+
+    file: str
+    line: int
+    source: str
+    record: str | None
+    kind: str
+    anchor: dict[str, Any]
+    label: bool
+    reason: str
+    closes: Any = None
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the label."""
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(slots=True)
+class Conversation:
+    """One parsed and analysed conversation, with the detections of each kind by key."""
+
+    name: str
+    transcript: Transcript
+    analysis: Analysis
+    detections: dict[str, dict[Key, str]] = field(default_factory=dict)
+    """Per kind: each detection's key, with a line saying what it is."""
+
+
+@dataclass(slots=True)
+class Verdict:
+    """An item and what the rules made of it."""
+
+    item: Item
+    fired: bool
+    key: Key
+    context: str
+    closes_agree: bool | None = None
+
+    @property
+    def outcome(self) -> str:
+        """``tp``, ``fp``, ``fn`` or ``tn``."""
+        if self.fired:
+            return "tp" if self.item.label else "fp"
+        return "fn" if self.item.label else "tn"
+
+
+@dataclass(slots=True)
+class Row:
+    """One line of the table."""
+
+    kind: str
+    rules: str
+    labelled_true: int = 0
+    labelled_false: int = 0
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    unlabelled_fired: int = 0
+    closes_agree: int = 0
+    closes_labelled: int = 0
+
+    @property
+    def precision(self) -> float | None:
+        """TP / (TP + FP), None with nothing fired."""
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+
+    @property
+    def recall(self) -> float | None:
+        """TP / (TP + FN), None with nothing labelled true."""
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
+
+
+@dataclass(slots=True)
+class Blocks:
+    """The user-level figures: compactions of all but the last turn."""
+
+    conversations: int = 0
+    blocked: int = 0
+    only_false: int = 0
+    unlabelled: int = 0
+    """Blocks caused by at least one obligation no item labels."""
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def default_data_root() -> Path:
+    """``$OTEL_COMPACTION_DATA``, else ``shared/data`` beside the repository root."""
+    from_env = os.environ.get(DATA_ENV)
+    return Path(from_env) if from_env else _REPO_ROOT.parent / "shared" / "data"
+
+
+def load_items(paths: Iterable[Path]) -> list[Item]:
+    """Every item of every label file, in file and line order."""
+    items: list[Item] = []
+    for path in paths:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"{path.name}:{number}"
+            try:
+                raw = json.loads(line)
+                item = Item(
+                    path.name, number, raw["source"], raw.get("record"), raw["kind"],
+                    raw["anchor"], bool(raw["label"]), raw["reason"], raw.get("closes"),
+                )  # fmt: skip
+            except (ValueError, KeyError, TypeError) as exc:
+                raise LabelError(f"{where}: not a label item: {exc}") from None
+            if item.kind not in KIND_RULES:
+                raise LabelError(f"{where}: unknown kind {item.kind!r}")
+            items.append(item)
+    return items
+
+
+class Loader:
+    """Reads and analyses each conversation the items point into, once."""
+
+    def __init__(self, data: Path, policy: Policy, handmade: Path = LABELS / "handmade") -> None:
+        self.data = data
+        self.handmade = handmade
+        self.policy = policy
+        self._records: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        self._conversations: dict[tuple[str, str | None], Conversation] = {}
+
+    def records(self, source: str) -> dict[str, list[dict[str, Any]]]:
+        """The messages of every record of a ``transcripts.jsonl`` source, by record id."""
+        found = self._records.get(source)
+        if found is None:
+            found = {}
+            with (self.data / source).open(encoding="utf-8") as handle:
+                for line in handle:
+                    if line.strip():
+                        raw = json.loads(line)
+                        found[raw["id"]] = raw["messages"]
+            self._records[source] = found
+        return found
+
+    def conversation(self, source: str, record: str | None) -> Conversation:
+        """The conversation `source` (and `record`) names, parsed and analysed."""
+        key = (source, record)
+        found = self._conversations.get(key)
+        if found is None:
+            messages = self._messages(source, record)
+            transcript = Transcript.parse(messages)
+            analysis = Analysis.build(transcript, self.policy)
+            name = f"{source}#{record}" if record else source
+            found = self._conversations[key] = Conversation(name, transcript, analysis)
+            found.detections = detections(found)
+        return found
+
+    def _messages(self, source: str, record: str | None) -> list[dict[str, Any]]:
+        if source.startswith("handmade/"):
+            return list(json.loads((self.handmade / source.removeprefix("handmade/")).read_text()))
+        if source.endswith("transcripts.jsonl"):
+            if record is None:
+                raise LabelError(f"{source}: a transcripts.jsonl source needs a record")
+            try:
+                return self.records(source)[record]
+            except KeyError:
+                raise LabelError(f"{source}: no record {record!r}") from None
+        return read_session(self.data / source).messages
+
+    def all_of(self, sources: Iterable[tuple[str, str | None]]) -> list[Conversation]:
+        """Every conversation of the sources: each record of a ``transcripts.jsonl``."""
+        out: list[Conversation] = []
+        for source in dict.fromkeys(s for s, _ in sources):
+            if source.endswith("transcripts.jsonl"):
+                out += [self.conversation(source, r) for r in self.records(source)]
+            else:
+                out.append(self.conversation(source, None))
+        return out
+
+
+# -- anchors and detections ------------------------------------------------------------------
+
+
+def nth_call(t: Transcript, anchor: dict[str, Any]) -> ToolCall:
+    """The `occurrence`-th call carrying `call_id`."""
+    calls = [c for c in t.calls if c.id == anchor["call_id"]]
+    occurrence = int(anchor.get("occurrence", 0))
+    if not 0 <= occurrence < len(calls):
+        raise LookupError(f"no call {anchor['call_id']!r} #{occurrence} ({len(calls)} carry it)")
+    return calls[occurrence]
+
+
+def nth_result(t: Transcript, anchor: dict[str, Any]) -> ToolResult:
+    """The `occurrence`-th result carrying `call_id`."""
+    results = [r for r in t.results if r.call_id == anchor["call_id"]]
+    occurrence = int(anchor.get("occurrence", 0))
+    if not 0 <= occurrence < len(results):
+        raise LookupError(f"no result {anchor['call_id']!r} #{occurrence}")
+    return results[occurrence]
+
+
+def quoted(t: Transcript, quote: str) -> int:
+    """The one assistant message whose text holds `quote`."""
+    at = [e.index for e in t.entries if e.role == "assistant" and quote in e.text]
+    count = sum(t.entries[i].text.count(quote) for i in at)
+    if count != 1:
+        raise LookupError(f"quote {quote!r} is in {count} places, not one")
+    return at[0]
+
+
+def result_message(t: Transcript, call: ToolCall) -> int:
+    """The message of `call`'s result."""
+    if call.result is None:
+        raise LookupError(f"call {call.id!r} at message {call.message_index} has no result")
+    return t.results[call.result].message_index
+
+
+def first_result_after(t: Transcript, call: ToolCall) -> ToolResult | None:
+    """The first result carrying `call`'s id after it (an interim one, perhaps)."""
+    return next(
+        (r for r in t.results if r.call_id == call.id and r.message_index > call.message_index),
+        None,
+    )
+
+
+def _call_of_result(t: Transcript, call_id: str, message_index: int) -> ToolCall | None:
+    """The call answered by the result carrying `call_id` in message `message_index`."""
+    for r in t.results:
+        if r.call_id == call_id and r.message_index == message_index and r.call is not None:
+            return t.calls[r.call]
+    return None
+
+
+def _call_at(t: Transcript, call_id: str, message_index: int) -> ToolCall | None:
+    """The call carrying `call_id` made in message `message_index`."""
+    entry = t.entries[message_index]
+    return next((t.calls[c] for c in entry.calls if t.calls[c].id == call_id), None)
+
+
+def tracked_key(t: Transcript, o: Tracked) -> tuple[str, Key] | None:
+    """The kind and key of an obligation the rules track, or None for other kinds."""
+    if o.kind == "retry":
+        call = _call_of_result(t, o.id, o.opened)
+        return ("retry", ("call", call.ordinal)) if call else None
+    if o.kind == "commitment":
+        return "commitment", ("message", o.opened, o.name)
+    if o.kind == "background_task":
+        call = next((c for c in t.calls if c.id == o.name), None)
+        return ("background", ("call", call.ordinal)) if call else None
+    if o.kind == "tool_call" and o.call >= 0:
+        return "open_call", ("call", o.call)
+    return None
+
+
+def _chained(t: Transcript, first: ToolCall, resolved: int | None) -> list[ToolCall]:
+    """The retries of `first` (same tool, same target) answered before its chain resolves:
+    the chain holds their failures too."""
+    target = call_target(first)
+    end = len(t) if resolved is None else resolved
+    return [
+        c
+        for c in t.calls[first.ordinal + 1 :]
+        if c.name == first.name
+        and c.result is not None
+        and t.results[c.result].message_index <= end
+        and call_target(c) == target
+    ]
+
+
+def detections(conv: Conversation) -> dict[str, dict[Key, str]]:
+    """Every detection of every call-based kind and of commitments, by key."""
+    t, a = conv.transcript, conv.analysis
+    out: dict[str, dict[Key, str]] = {kind: {} for kind in KIND_RULES}
+    for o in a.obligations:
+        found = tracked_key(t, o)
+        if found is None or found[0] not in _OBLIGATION_KINDS:
+            continue
+        kind, key = found
+        if o.rule in KIND_RULES[kind]:
+            out[kind][key] = f"{o.rule} {o.name} at message {o.opened} ({o.status})"
+            if kind == "retry":
+                for later in _chained(t, t.calls[key[1]], o.resolved):
+                    out[kind].setdefault(("call", later.ordinal), f"in the chain of {o.id}")
+    for n in a.negatives:
+        call = _call_of_result(t, n.call_id, n.message_index)
+        if call is not None:
+            out["negative"][("call", call.ordinal)] = f"{n.outcome}: {_short(n.text)}"
+    obligation_rules = {name for name, rule in RULES.items() if rule.kind == "obligation"}
+    for o in a.obligations:
+        if o.resolved is not None or o.rule not in obligation_rules:
+            continue
+        call = t.calls[o.call] if o.call >= 0 else _call_at(t, o.id, o.opened)
+        if call is None:
+            continue
+        out["approval"][("call", call.ordinal)] = f"{o.rule} open at the end"
+        if o.rule == "open_tool_call":
+            out["open_call"][("call", call.ordinal)] = f"{call.name} open at the end"
+    open_calls = {o.call: o for o in a.obligations if o.rule == "open_tool_call"}
+    for call in t.calls:
+        first = first_result_after(t, call)
+        tracked = open_calls.get(call.ordinal)
+        if first is None or tracked is None:
+            continue
+        if tracked.resolved is None or tracked.resolved > first.message_index:
+            out["interim"][("call", call.ordinal)] = f"{call.name} open after its first result"
+    for r in t.results:
+        if r.call is None:
+            out["orphan"][("result", r.ordinal)] = f"result {r.call_id} answers no call"
+    return out
+
+
+def reference_cut(t: Transcript, anchor: dict[str, Any]) -> int:
+    """The cut just after the result of the anchor's call."""
+    return result_message(t, nth_call(t, anchor["cut_after_call"])) + 1
+
+
+def owed_at(a: Analysis, cut: int) -> dict[str, str]:
+    """The identifiers a summary of head..cut must carry (default policy), with where each
+    is first seen."""
+    start = a.head
+    if cut <= start:
+        return {}
+    from otel_compaction.rules.unresolved_reference import check
+
+    findings = check(SpanView(a, start, cut))
+    carried = must_carry(a, findings, start, cut, levels=("carry", "block", "warn"))
+    return dict.fromkeys(carried.identifiers, f"owed at cut {cut}")
+
+
+def resolve(item: Item, conv: Conversation) -> Verdict:
+    """What the rules made of `item` in `conv`."""
+    t, a = conv.transcript, conv.analysis
+    anchor = item.anchor
+    try:
+        if item.kind == "commitment":
+            at = quoted(t, anchor["quote"])
+            names = [k[2] for k in conv.detections["commitment"] if k[1] == at]
+            name = next((n for n in names if n.lower() in anchor["quote"].lower()), None)
+            key: Key = ("message", at, name)
+            context = t.entries[at].text
+        elif item.kind == "reference":
+            cut = reference_cut(t, anchor)
+            value = anchor["identifier"]
+            key = ("reference", cut, value)
+            if not any(value in e.text or _in_calls(t, e.index, value) for e in t.entries):
+                raise LookupError(f"identifier {value!r} appears nowhere")
+            fired = value in owed_at(a, cut)
+            context = f"cut {cut} of {len(t)}"
+            return Verdict(item, fired, key, context)
+        elif item.kind == "orphan":
+            result = nth_result(t, anchor)
+            key = ("result", result.ordinal)
+            context = result.text
+        else:
+            call = nth_call(t, anchor)
+            key = ("call", call.ordinal)
+            context = f"{call.name}({call.arguments})"
+            if call.result is not None:
+                context += f" -> {t.results[call.result].text}"
+    except (LookupError, TypeError) as exc:
+        raise LabelError(f"{item.where}: {conv.name}: {exc}") from None
+    fired = key in conv.detections[item.kind]
+    agree = _closes_agree(item, conv, key) if item.closes is not None and fired else None
+    return Verdict(item, fired, key, context, agree)
+
+
+def _in_calls(t: Transcript, index: int, value: str) -> bool:
+    entry = t.entries[index]
+    return any(value in t.calls[c].arguments for c in entry.calls) or any(
+        value in t.results[r].text for r in entry.results
+    )
+
+
+def _closes_agree(item: Item, conv: Conversation, key: Key) -> bool | None:
+    """Whether the rule's resolution stands where the label says the obligation closes."""
+    t, a = conv.transcript, conv.analysis
+    tracked = [o for o in a.obligations if (found := tracked_key(t, o)) and found[1] == key]
+    tracked = [o for o in tracked if o.rule in KIND_RULES[item.kind]]
+    if not tracked:
+        return None
+    resolved = tracked[0].resolved
+    closes = item.closes
+    try:
+        if closes == "never":
+            return resolved is None
+        if closes == "user_turn":
+            opened = tracked[0].opened
+            turn = next((u for u in a.user_turns if u > opened), None)
+            return resolved == turn
+        if "quote" in closes:
+            return resolved == quoted(t, closes["quote"])
+        return resolved == result_message(t, nth_call(t, closes))
+    except (LookupError, TypeError) as exc:
+        raise LabelError(f"{item.where}: closes: {exc}") from None
+
+
+# -- the figures -----------------------------------------------------------------------------
+
+
+def evaluate(
+    items: Sequence[Item], loader: Loader
+) -> tuple[list[Row], list[Verdict], list[Conversation]]:
+    """The table rows (kinds in `KIND_RULES` order), each item's verdict, and every
+    conversation of the labelled sources."""
+    verdicts = [resolve(item, loader.conversation(item.source, item.record)) for item in items]
+    conversations = loader.all_of((i.source, i.record) for i in items)
+    rows: dict[str, Row] = {}
+    for v in verdicts:
+        row = rows.setdefault(v.item.kind, Row(v.item.kind, _rules(v.item.kind)))
+        if v.item.label:
+            row.labelled_true += 1
+        else:
+            row.labelled_false += 1
+        row.tp += v.outcome == "tp"
+        row.fp += v.outcome == "fp"
+        row.fn += v.outcome == "fn"
+        if v.closes_agree is not None:
+            row.closes_labelled += 1
+            row.closes_agree += v.closes_agree
+    labelled: dict[str, set[tuple[str, Key]]] = {}
+    for v in verdicts:
+        conv = loader.conversation(v.item.source, v.item.record)
+        labelled.setdefault(v.item.kind, set()).add((conv.name, v.key))
+    for kind, row in rows.items():
+        seen = labelled.get(kind, set())
+        if kind == "reference":
+            cuts = {(c, k[1]) for c, k in seen}
+            by_name = {c.name: c for c in conversations}
+            row.unlabelled_fired = sum(
+                (name, ("reference", cut, value)) not in seen
+                for name, cut in cuts
+                for value in owed_at(by_name[name].analysis, cut)
+            )
+            continue
+        row.unlabelled_fired = sum(
+            (conv.name, key) not in seen for conv in conversations for key in conv.detections[kind]
+        )
+    ordered = [rows[k] for k in KIND_RULES if k in rows]
+    return ordered, verdicts, conversations
+
+
+def _rules(kind: str) -> str:
+    return "|".join(KIND_RULES[kind]) or "any obligation rule"
+
+
+_REF_KIND = {"retry": "retry", "commitment": "commitment", "tool_call": "open_call"}
+
+
+def blocks(conversations: Sequence[Conversation], verdicts: Sequence[Verdict]) -> Blocks:
+    """Of each conversation: is a compaction of all but its last turn blocked, and is every
+    obligation that blocks it an item labelled false."""
+    gate = CompactionGate("default", incremental=False)
+    label = {
+        (v.item.kind, v.item.source, v.item.record, v.key): v.item.label
+        for v in verdicts
+        if v.item.kind != "reference"
+    }
+    out = Blocks()
+    for conv in conversations:
+        a, t = conv.analysis, conv.transcript
+        users = [u for u in a.user_turns if u > a.head]
+        if not users:
+            continue
+        out.conversations += 1
+        decision = gate.evaluate(a, a.head, users[-1], raise_on_refuse=False)
+        if decision.action == "compact":
+            continue
+        out.blocked += 1
+        source, record = _source_of(conv.name)
+        verdicts_of = []
+        for ref in decision.obligations:
+            kind = _REF_KIND.get(ref.kind)
+            key: Key | None = None
+            if kind == "retry" and ref.message_index is not None:
+                call = _call_of_result(t, ref.id, ref.message_index)
+                key = ("call", call.ordinal) if call else None
+            elif kind == "commitment" and ref.message_index is not None:
+                key = ("message", ref.message_index, ref.name)
+            elif kind == "open_call" and ref.message_index is not None:
+                call = _call_at(t, ref.id, ref.message_index)
+                key = ("call", call.ordinal) if call else None
+            verdicts_of.append(label.get((kind, source, record, key)) if kind and key else None)
+        if verdicts_of and all(v is False for v in verdicts_of):
+            out.only_false += 1
+        if any(v is None for v in verdicts_of):
+            out.unlabelled += 1
+    return out
+
+
+def _source_of(name: str) -> tuple[str, str | None]:
+    source, _, record = name.partition("#")
+    return source, record or None
+
+
+def _short(text: str, width: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The rows as a text table."""
+    head = (
+        f"{'kind':<11} {'rules':<32} {'true':>5} {'false':>5} {'TP':>4} {'FP':>4} {'FN':>4} "
+        f"{'prec':>5} {'recall':>6} {'unlabelled':>10} {'closes':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        closes = f"{r.closes_agree}/{r.closes_labelled}" if r.closes_labelled else "-"
+        lines.append(
+            f"{r.kind:<11} {r.rules:<32} {r.labelled_true:>5} {r.labelled_false:>5} {r.tp:>4} "
+            f"{r.fp:>4} {r.fn:>4} {_figure(r.precision):>5} {_figure(r.recall):>6} "
+            f"{r.unlabelled_fired:>10} {closes:>7}"
+        )
+    return "\n".join(lines)
+
+
+def listing(verdicts: Sequence[Verdict], which: str) -> str:
+    """The misclassified items (`which`: fp, fn or all of both), one line of context each."""
+    wanted = {"fp": {"fp"}, "fn": {"fn"}, "all": {"fp", "fn"}}[which]
+    lines = []
+    for v in verdicts:
+        if v.outcome in wanted:
+            lines.append(f"{v.outcome.upper()} {v.item.where} {v.item.kind}: {v.item.reason}")
+            lines.append(f"    {_short(v.context, 150)}")
+    return "\n".join(lines)
+
+
+def _verifier_rows(data: Path) -> list[Any] | None:
+    """The summary verifier's rows, when its evaluation module is present."""
+    try:
+        module = importlib.import_module("_verifier_eval")
+    except ModuleNotFoundError:
+        return None
+    evaluate_verifier: Callable[[Path], list[Any]] = module.evaluate
+    return evaluate_verifier(data)
+
+
+def _as_dict(row: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(row) and not isinstance(row, type):
+        return dataclasses.asdict(row)
+    if isinstance(row, dict):
+        return row
+    return dict(vars(row))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=None, help="the data root")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--list", choices=("fp", "fn", "all"), default=None)
+    parser.add_argument("--kind", choices=tuple(KIND_RULES), default=None)
+    args = parser.parse_args(argv)
+    data = args.data or default_data_root()
+    try:
+        items = load_items(sorted(LABELS.glob("*.jsonl")))
+        if args.kind:
+            items = [i for i in items if i.kind == args.kind]
+        loader = Loader(data, Policy.load("default").compile())
+        rows, verdicts, conversations = evaluate(items, loader)
+    except LabelError as exc:
+        print(f"precision: {exc}", file=sys.stderr)
+        return 2
+    user = blocks(conversations, verdicts)
+    verifier = _verifier_rows(data)
+    if args.format == "json":
+        out: dict[str, Any] = {
+            "rows": [
+                {**dataclasses.asdict(r), "precision": r.precision, "recall": r.recall}
+                for r in rows
+            ],
+            "blocks": dataclasses.asdict(user),
+        }
+        if args.list:
+            wanted = {"fp": {"fp"}, "fn": {"fn"}, "all": {"fp", "fn"}}[args.list]
+            out["misclassified"] = [
+                {"where": v.item.where, "outcome": v.outcome, "kind": v.item.kind,
+                 "reason": v.item.reason, "context": _short(v.context, 150)}
+                for v in verdicts if v.outcome in wanted
+            ]  # fmt: skip
+        if verifier is not None:
+            out["verifier"] = [_as_dict(r) for r in verifier]
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{len(items)} labelled items, {len(conversations)} conversations, data {data}")
+    print(table(rows))
+    print(
+        f"\nall but the last turn compacted: {user.blocked} of {user.conversations} "
+        f"conversations blocked; {user.only_false} only by items labelled false, "
+        f"{user.unlabelled} by at least one obligation nobody labelled"
+    )
+    if verifier is not None:
+        print("\nsummary verifier:")
+        for row in verifier:
+            print("  " + "  ".join(f"{k}={v}" for k, v in _as_dict(row).items()))
+    if args.list:
+        print("\n" + listing(verdicts, args.list))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
