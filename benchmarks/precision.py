@@ -56,8 +56,9 @@ KIND_RULES: dict[str, tuple[str, ...]] = {
 """Which rules answer for each kind of item (``approval``: every rule of kind obligation)."""
 
 # How each kind reads "the rule fires on the item":
-#   retry, commitment, background: the rule tracks an obligation opened there (any status:
-#     while it is open a cut just after it is blocked);
+#   retry, commitment, background: the rule tracks an obligation opened there and still
+#     open at the cut after that message (one kept in its own message is open at no cut);
+#     a failed retry of the same call inside an open chain is held by that chain;
 #   negative: the result is among the analysis's negatives;
 #   reference: the identifier is among the must-carry identifiers of the span head..cut;
 #   open_call, approval: the call is still open at the end of the conversation;
@@ -347,6 +348,8 @@ def detections(conv: Conversation) -> dict[str, dict[Key, str]]:
         if found is None or found[0] not in _OBLIGATION_KINDS:
             continue
         kind, key = found
+        if o.resolved is not None and o.resolved <= o.opened:
+            continue  # kept in the message that made it: open at no cut
         if o.rule in KIND_RULES[kind]:
             out[kind][key] = f"{o.rule} {o.name} at message {o.opened} ({o.status})"
             if kind == "retry":
