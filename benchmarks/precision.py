@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_compaction.analysis import Analysis, call_target
+from otel_compaction.errors import TranscriptError
 from otel_compaction.gate import CompactionGate, must_carry
 from otel_compaction.policy import Policy
 from otel_compaction.rules.base import SpanView, Tracked
@@ -206,11 +207,14 @@ class Loader:
         found = self._records.get(source)
         if found is None:
             found = {}
-            with (self.data / source).open(encoding="utf-8") as handle:
-                for line in handle:
-                    if line.strip():
-                        raw = json.loads(line)
-                        found[raw["id"]] = raw["messages"]
+            try:
+                with (self.data / source).open(encoding="utf-8") as handle:
+                    for line in handle:
+                        if line.strip():
+                            raw = json.loads(line)
+                            found[raw["id"]] = raw["messages"]
+            except OSError as exc:
+                raise LabelError(f"{source}: cannot read under {self.data}: {exc}") from None
             self._records[source] = found
         return found
 
@@ -229,7 +233,11 @@ class Loader:
 
     def _messages(self, source: str, record: str | None) -> list[dict[str, Any]]:
         if source.startswith("handmade/"):
-            return list(json.loads((self.handmade / source.removeprefix("handmade/")).read_text()))
+            path = self.handmade / source.removeprefix("handmade/")
+            try:
+                return list(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError) as exc:
+                raise LabelError(f"{source}: {exc}") from None
         if source.endswith("transcripts.jsonl"):
             if record is None:
                 raise LabelError(f"{source}: a transcripts.jsonl source needs a record")
@@ -237,7 +245,10 @@ class Loader:
                 return self.records(source)[record]
             except KeyError:
                 raise LabelError(f"{source}: no record {record!r}") from None
-        return read_session(self.data / source).messages
+        try:
+            return read_session(self.data / source).messages
+        except TranscriptError as exc:
+            raise LabelError(str(exc)) from None
 
     def all_of(self, sources: Iterable[tuple[str, str | None]]) -> list[Conversation]:
         """Every conversation of the sources: each record of a ``transcripts.jsonl``."""
@@ -324,6 +335,14 @@ def tracked_key(t: Transcript, o: Tracked) -> tuple[str, Key] | None:
     return None
 
 
+def _named_call(t: Transcript, o: Tracked) -> ToolCall | None:
+    """The call an obligation is about: its own ordinal, else the call or the result carrying
+    its id where it opens (a rule of any kind may report a call this way)."""
+    if o.call >= 0:
+        return t.calls[o.call]
+    return _call_at(t, o.id, o.opened) or _call_of_result(t, o.id, o.opened)
+
+
 def _chained(t: Transcript, first: ToolCall, resolved: int | None) -> list[ToolCall]:
     """The retries of `first` (same tool, same target) answered before its chain resolves:
     the chain holds their failures too."""
@@ -363,12 +382,12 @@ def detections(conv: Conversation) -> dict[str, dict[Key, str]]:
     for o in a.obligations:
         if o.resolved is not None or o.rule not in obligation_rules:
             continue
-        call = t.calls[o.call] if o.call >= 0 else _call_at(t, o.id, o.opened)
-        if call is None:
+        named = _named_call(t, o)
+        if named is None:
             continue
-        out["approval"][("call", call.ordinal)] = f"{o.rule} open at the end"
+        out["approval"][("call", named.ordinal)] = f"{o.rule} open at the end"
         if o.rule == "open_tool_call":
-            out["open_call"][("call", call.ordinal)] = f"{call.name} open at the end"
+            out["open_call"][("call", named.ordinal)] = f"{named.name} open at the end"
     open_calls = {o.call: o for o in a.obligations if o.rule == "open_tool_call"}
     for call in t.calls:
         first = first_result_after(t, call)
@@ -388,17 +407,16 @@ def reference_cut(t: Transcript, anchor: dict[str, Any]) -> int:
     return result_message(t, nth_call(t, anchor["cut_after_call"])) + 1
 
 
-def owed_at(a: Analysis, cut: int) -> dict[str, str]:
-    """The identifiers a summary of head..cut must carry (default policy), with where each
-    is first seen."""
+def owed_at(a: Analysis, cut: int) -> frozenset[str]:
+    """The identifiers a summary of head..cut must carry."""
     start = a.head
     if cut <= start:
-        return {}
+        return frozenset()
     from otel_compaction.rules.unresolved_reference import check
 
     findings = check(SpanView(a, start, cut))
     carried = must_carry(a, findings, start, cut, levels=("carry", "block", "warn"))
-    return dict.fromkeys(carried.identifiers, f"owed at cut {cut}")
+    return frozenset(carried.identifiers)
 
 
 def resolve(item: Item, conv: Conversation) -> Verdict:
@@ -471,14 +489,29 @@ def _closes_agree(item: Item, conv: Conversation, key: Key) -> bool | None:
 # -- the figures -----------------------------------------------------------------------------
 
 
-def evaluate(
-    items: Sequence[Item], loader: Loader
-) -> tuple[list[Row], list[Verdict], list[Conversation]]:
-    """The table rows (kinds in `KIND_RULES` order), each item's verdict, and every
-    conversation of the labelled sources."""
-    verdicts = [resolve(item, loader.conversation(item.source, item.record)) for item in items]
+@dataclass(slots=True)
+class Evaluation:
+    """The table rows (kinds in `KIND_RULES` order), each item's verdict, every conversation
+    of the labelled sources, and the detections no item labels (kind, conversation, what)."""
+
+    rows: list[Row]
+    verdicts: list[Verdict]
+    conversations: list[Conversation]
+    unlabelled: list[tuple[str, str, str]]
+
+
+def evaluate(items: Sequence[Item], loader: Loader) -> Evaluation:
+    """Resolve every item and count, per kind, what the rules made of them."""
+    verdicts = []
+    for item in items:
+        try:
+            conv = loader.conversation(item.source, item.record)
+        except LabelError as exc:
+            raise LabelError(f"{item.where}: {exc}") from None
+        verdicts.append(resolve(item, conv))
     conversations = loader.all_of((i.source, i.record) for i in items)
     rows: dict[str, Row] = {}
+    labelled: dict[str, set[tuple[str, Key]]] = {}
     for v in verdicts:
         row = rows.setdefault(v.item.kind, Row(v.item.kind, _rules(v.item.kind)))
         if v.item.label:
@@ -491,26 +524,29 @@ def evaluate(
         if v.closes_agree is not None:
             row.closes_labelled += 1
             row.closes_agree += v.closes_agree
-    labelled: dict[str, set[tuple[str, Key]]] = {}
-    for v in verdicts:
-        conv = loader.conversation(v.item.source, v.item.record)
-        labelled.setdefault(v.item.kind, set()).add((conv.name, v.key))
+        name = loader.conversation(v.item.source, v.item.record).name
+        labelled.setdefault(v.item.kind, set()).add((name, v.key))
+    unlabelled: list[tuple[str, str, str]] = []
+    by_name = {c.name: c for c in conversations}
     for kind, row in rows.items():
-        seen = labelled.get(kind, set())
-        if kind == "reference":
-            cuts = {(c, k[1]) for c, k in seen}
-            by_name = {c.name: c for c in conversations}
-            row.unlabelled_fired = sum(
-                (name, ("reference", cut, value)) not in seen
-                for name, cut in cuts
-                for value in owed_at(by_name[name].analysis, cut)
-            )
-            continue
-        row.unlabelled_fired = sum(
-            (conv.name, key) not in seen for conv in conversations for key in conv.detections[kind]
-        )
+        seen = labelled[kind]
+        if kind == "reference":  # at the labelled cuts only
+            found = [
+                (name, ("reference", cut, value), f"{value!r} owed at cut {cut}")
+                for name, cut in sorted({(name, key[1]) for name, key in seen})
+                for value in sorted(owed_at(by_name[name].analysis, cut))
+            ]
+        else:
+            found = [
+                (conv.name, key, what)
+                for conv in conversations
+                for key, what in conv.detections[kind].items()
+            ]
+        new = [(kind, name, what) for name, key, what in found if (name, key) not in seen]
+        row.unlabelled_fired = len(new)
+        unlabelled += new
     ordered = [rows[k] for k in KIND_RULES if k in rows]
-    return ordered, verdicts, conversations
+    return Evaluation(ordered, verdicts, conversations, unlabelled)
 
 
 def _rules(kind: str) -> str:
@@ -592,14 +628,18 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def listing(verdicts: Sequence[Verdict], which: str) -> str:
-    """The misclassified items (`which`: fp, fn or all of both), one line of context each."""
+def listing(evaluation: Evaluation, which: str) -> str:
+    """The misclassified items (`which`: fp, fn or all), one line of context each; with
+    ``all``, the detections no item labels as well."""
     wanted = {"fp": {"fp"}, "fn": {"fn"}, "all": {"fp", "fn"}}[which]
     lines = []
-    for v in verdicts:
+    for v in evaluation.verdicts:
         if v.outcome in wanted:
             lines.append(f"{v.outcome.upper()} {v.item.where} {v.item.kind}: {v.item.reason}")
             lines.append(f"    {_short(v.context, 150)}")
+    if which == "all":
+        for kind, name, what in evaluation.unlabelled:
+            lines.append(f"NEW {kind} {name}: {what}")
     return "\n".join(lines)
 
 
@@ -634,11 +674,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.kind:
             items = [i for i in items if i.kind == args.kind]
         loader = Loader(data, Policy.load("default").compile())
-        rows, verdicts, conversations = evaluate(items, loader)
+        evaluation = evaluate(items, loader)
     except LabelError as exc:
         print(f"precision: {exc}", file=sys.stderr)
         return 2
-    user = blocks(conversations, verdicts)
+    rows, verdicts = evaluation.rows, evaluation.verdicts
+    user = blocks(evaluation.conversations, verdicts)
     verifier = _verifier_rows(data)
     if args.format == "json":
         out: dict[str, Any] = {
@@ -655,11 +696,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "reason": v.item.reason, "context": _short(v.context, 150)}
                 for v in verdicts if v.outcome in wanted
             ]  # fmt: skip
+            if args.list == "all":
+                out["unlabelled"] = [
+                    {"kind": k, "conversation": n, "what": w} for k, n, w in evaluation.unlabelled
+                ]
         if verifier is not None:
             out["verifier"] = [_as_dict(r) for r in verifier]
         print(json.dumps(out, indent=2))
         return 0
-    print(f"{len(items)} labelled items, {len(conversations)} conversations, data {data}")
+    count = len(evaluation.conversations)
+    print(f"{len(items)} labelled items, {count} conversations, data {data}")
     print(table(rows))
     print(
         f"\nall but the last turn compacted: {user.blocked} of {user.conversations} "
@@ -671,7 +717,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for row in verifier:
             print("  " + "  ".join(f"{k}={v}" for k, v in _as_dict(row).items()))
     if args.list:
-        print("\n" + listing(verdicts, args.list))
+        print("\n" + listing(evaluation, args.list))
     return 0
 
 

@@ -105,8 +105,8 @@ def _write(tmp_path: Path, items: list[dict[str, Any]]) -> Path:
 def _evaluate(tmp_path: Path, items: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
     labels = _write(tmp_path, items)
     loader = precision.Loader(tmp_path, Policy.load("default").compile(), tmp_path / "handmade")
-    rows, verdicts, _ = precision.evaluate(precision.load_items([labels]), loader)
-    return {r.kind: r for r in rows}, verdicts
+    evaluation = precision.evaluate(precision.load_items([labels]), loader)
+    return {r.kind: r for r in evaluation.rows}, evaluation.verdicts
 
 
 def test_exact_counts_per_kind(tmp_path: Path) -> None:
@@ -125,10 +125,14 @@ def test_exact_counts_per_kind(tmp_path: Path) -> None:
 
 def test_unlabelled_detections_are_counted_not_scored(tmp_path: Path) -> None:
     # Only the success is labelled: the three negatives the rule finds (the two declined
-    # bookings and the empty search) are counted as unlabelled, and score nothing.
-    rows, _ = _evaluate(tmp_path, ITEMS[7:8])
-    negative = rows["negative"]
+    # bookings and the empty search) are counted as unlabelled, score nothing, and are listed.
+    labels = _write(tmp_path, ITEMS[7:8])
+    loader = precision.Loader(tmp_path, Policy.load("default").compile(), tmp_path / "handmade")
+    evaluation = precision.evaluate(precision.load_items([labels]), loader)
+    (negative,) = evaluation.rows
     assert (negative.tp, negative.fp, negative.fn, negative.unlabelled_fired) == (0, 0, 0, 3)
+    listed = precision.listing(evaluation, "all").splitlines()
+    assert [line.split(":")[0] for line in listed] == [f"NEW negative {SOURCE}"] * 3
 
 
 def test_an_unresolvable_anchor_names_the_label_file_and_line(tmp_path: Path) -> None:
