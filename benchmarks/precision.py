@@ -20,12 +20,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import itertools
 import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from otel_compaction.analysis import Analysis, call_target
@@ -34,7 +36,7 @@ from otel_compaction.gate import CompactionGate, must_carry
 from otel_compaction.policy import Policy
 from otel_compaction.rules.base import SpanView, Tracked
 from otel_compaction.rules.registry import RULES
-from otel_compaction.sessions import read_session
+from otel_compaction.sessions import parse_session, read_session
 from otel_compaction.transcript import ToolCall, ToolResult, Transcript
 
 DATA_ENV = "OTEL_COMPACTION_DATA"
@@ -88,6 +90,8 @@ class Item:
     label: bool
     reason: str
     closes: Any = None
+    sidechain: str | None = None
+    """The uuid of the first record of a subagent thread written inline in a session file."""
 
     @property
     def where(self) -> str:
@@ -111,6 +115,7 @@ class Verdict:
     """An item and what the rules made of it."""
 
     item: Item
+    conversation: str
     fired: bool
     key: Key
     context: str
@@ -183,6 +188,7 @@ def load_items(paths: Iterable[Path]) -> list[Item]:
                 item = Item(
                     path.name, number, raw["source"], raw.get("record"), raw["kind"],
                     raw["anchor"], bool(raw["label"]), raw["reason"], raw.get("closes"),
+                    raw.get("sidechain"),
                 )  # fmt: skip
             except (ValueError, KeyError, TypeError) as exc:
                 raise LabelError(f"{where}: not a label item: {exc}") from None
@@ -200,7 +206,7 @@ class Loader:
         self.handmade = handmade
         self.policy = policy
         self._records: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        self._conversations: dict[tuple[str, str | None], Conversation] = {}
+        self._conversations: dict[tuple[str, str | None, str | None], Conversation] = {}
 
     def records(self, source: str) -> dict[str, list[dict[str, Any]]]:
         """The messages of every record of a ``transcripts.jsonl`` source, by record id."""
@@ -218,20 +224,27 @@ class Loader:
             self._records[source] = found
         return found
 
-    def conversation(self, source: str, record: str | None) -> Conversation:
-        """The conversation `source` (and `record`) names, parsed and analysed."""
-        key = (source, record)
+    def conversation(
+        self, source: str, record: str | None, sidechain: str | None = None
+    ) -> Conversation:
+        """The conversation `source` names (its `record`, or its subagent thread starting at
+        `sidechain`), parsed and analysed."""
+        key = (source, record, sidechain)
         found = self._conversations.get(key)
         if found is None:
-            messages = self._messages(source, record)
+            messages = self._messages(source, record, sidechain)
             transcript = Transcript.parse(messages)
             analysis = Analysis.build(transcript, self.policy)
-            name = f"{source}#{record}" if record else source
+            name = (
+                source + (f"#{record}" if record else "") + (f"@{sidechain}" if sidechain else "")
+            )
             found = self._conversations[key] = Conversation(name, transcript, analysis)
             found.detections = detections(found)
         return found
 
-    def _messages(self, source: str, record: str | None) -> list[dict[str, Any]]:
+    def _messages(
+        self, source: str, record: str | None, sidechain: str | None
+    ) -> list[dict[str, Any]]:
         if source.startswith("handmade/"):
             path = self.handmade / source.removeprefix("handmade/")
             try:
@@ -245,20 +258,49 @@ class Loader:
                 return self.records(source)[record]
             except KeyError:
                 raise LabelError(f"{source}: no record {record!r}") from None
+        path = (_REPO_ROOT if source.startswith("tests/") else self.data) / source
         try:
-            return read_session(self.data / source).messages
-        except TranscriptError as exc:
+            if sidechain is None:
+                return read_session(path).messages
+            return parse_session(_thread(path, sidechain), str(path)).messages
+        except (OSError, TranscriptError) as exc:
             raise LabelError(str(exc)) from None
 
-    def all_of(self, sources: Iterable[tuple[str, str | None]]) -> list[Conversation]:
-        """Every conversation of the sources: each record of a ``transcripts.jsonl``."""
+    def all_of(self, items: Iterable[Item]) -> list[Conversation]:
+        """Every conversation of the items' sources: each record of a ``transcripts.jsonl``,
+        each session and each subagent thread an item names."""
         out: list[Conversation] = []
-        for source in dict.fromkeys(s for s, _ in sources):
+        for source, sidechain in dict.fromkeys((i.source, i.sidechain) for i in items):
             if source.endswith("transcripts.jsonl"):
                 out += [self.conversation(source, r) for r in self.records(source)]
             else:
-                out.append(self.conversation(source, None))
+                out.append(self.conversation(source, None, sidechain))
         return out
+
+
+def _thread(path: Path, first: str) -> list[dict[str, Any]]:
+    """The inline subagent thread of a Claude Code session file: the sidechain records whose
+    ``parentUuid`` chain leads back to the record `first`, in file order."""
+    records = [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+    side = [r for r in records if r.get("isSidechain") is True]
+    parent = {r.get("uuid"): r.get("parentUuid") for r in side}
+    leads: dict[Any, bool] = {first: True}
+
+    def reaches(uuid: Any) -> bool:
+        trail = []
+        while uuid not in leads and uuid is not None and uuid in parent:
+            trail.append(uuid)
+            uuid = parent[uuid]
+        found = leads.get(uuid, False)
+        leads.update(dict.fromkeys(trail, found))
+        return found
+
+    thread = [r for r in side if reaches(r.get("uuid"))]
+    if not thread:
+        raise LabelError(f"{path}: no sidechain thread starts at {first!r}")
+    return thread
 
 
 # -- anchors and detections ------------------------------------------------------------------
@@ -434,11 +476,11 @@ def resolve(item: Item, conv: Conversation) -> Verdict:
             cut = reference_cut(t, anchor)
             value = anchor["identifier"]
             key = ("reference", cut, value)
-            if not any(value in e.text or _in_calls(t, e.index, value) for e in t.entries):
+            if not _appears(t, value):
                 raise LookupError(f"identifier {value!r} appears nowhere")
             fired = value in owed_at(a, cut)
             context = f"cut {cut} of {len(t)}"
-            return Verdict(item, fired, key, context)
+            return Verdict(item, conv.name, fired, key, context)
         elif item.kind == "orphan":
             result = nth_result(t, anchor)
             key = ("result", result.ordinal)
@@ -453,14 +495,19 @@ def resolve(item: Item, conv: Conversation) -> Verdict:
         raise LabelError(f"{item.where}: {conv.name}: {exc}") from None
     fired = key in conv.detections[item.kind]
     agree = _closes_agree(item, conv, key) if item.closes is not None and fired else None
-    return Verdict(item, fired, key, context, agree)
+    return Verdict(item, conv.name, fired, key, context, agree)
 
 
-def _in_calls(t: Transcript, index: int, value: str) -> bool:
-    entry = t.entries[index]
-    return any(value in t.calls[c].arguments for c in entry.calls) or any(
-        value in t.results[r].text for r in entry.results
+def _appears(t: Transcript, value: str) -> bool:
+    """Whether `value` is written anywhere: in a text, or in a call's JSON arguments or a
+    result (where it may stand escaped)."""
+    escaped = json.dumps(value)[1:-1]
+    texts = itertools.chain(
+        (e.text for e in t.entries),
+        (c.arguments for c in t.calls),
+        (r.text for r in t.results),
     )
+    return any(value in text or escaped in text for text in texts)
 
 
 def _closes_agree(item: Item, conv: Conversation, key: Key) -> bool | None:
@@ -505,11 +552,11 @@ def evaluate(items: Sequence[Item], loader: Loader) -> Evaluation:
     verdicts = []
     for item in items:
         try:
-            conv = loader.conversation(item.source, item.record)
+            conv = loader.conversation(item.source, item.record, item.sidechain)
         except LabelError as exc:
             raise LabelError(f"{item.where}: {exc}") from None
         verdicts.append(resolve(item, conv))
-    conversations = loader.all_of((i.source, i.record) for i in items)
+    conversations = loader.all_of(items)
     rows: dict[str, Row] = {}
     labelled: dict[str, set[tuple[str, Key]]] = {}
     for v in verdicts:
@@ -524,8 +571,7 @@ def evaluate(items: Sequence[Item], loader: Loader) -> Evaluation:
         if v.closes_agree is not None:
             row.closes_labelled += 1
             row.closes_agree += v.closes_agree
-        name = loader.conversation(v.item.source, v.item.record).name
-        labelled.setdefault(v.item.kind, set()).add((name, v.key))
+        labelled.setdefault(v.item.kind, set()).add((v.conversation, v.key))
     unlabelled: list[tuple[str, str, str]] = []
     by_name = {c.name: c for c in conversations}
     for kind, row in rows.items():
@@ -553,18 +599,21 @@ def _rules(kind: str) -> str:
     return "|".join(KIND_RULES[kind]) or "any obligation rule"
 
 
-_REF_KIND = {"retry": "retry", "commitment": "commitment", "tool_call": "open_call"}
+# The label kinds that may name an obligation of each kind the gate reports (a call-based
+# obligation of a kind not listed here, a pending approval say, is looked up as ``approval``).
+_REF_KINDS = {
+    "retry": ("retry",),
+    "commitment": ("commitment",),
+    "tool_call": ("open_call", "interim", "approval"),
+    "background_task": ("background", "approval"),
+}
 
 
 def blocks(conversations: Sequence[Conversation], verdicts: Sequence[Verdict]) -> Blocks:
     """Of each conversation: is a compaction of all but its last turn blocked, and is every
     obligation that blocks it an item labelled false."""
     gate = CompactionGate("default", incremental=False)
-    label = {
-        (v.item.kind, v.item.source, v.item.record, v.key): v.item.label
-        for v in verdicts
-        if v.item.kind != "reference"
-    }
+    label = {(v.item.kind, v.conversation, v.key): v.item.label for v in verdicts}
     out = Blocks()
     for conv in conversations:
         a, t = conv.analysis, conv.transcript
@@ -576,30 +625,30 @@ def blocks(conversations: Sequence[Conversation], verdicts: Sequence[Verdict]) -
         if decision.action == "compact":
             continue
         out.blocked += 1
-        source, record = _source_of(conv.name)
-        verdicts_of = []
+        labels: list[bool | None] = []
         for ref in decision.obligations:
-            kind = _REF_KIND.get(ref.kind)
-            key: Key | None = None
-            if kind == "retry" and ref.message_index is not None:
-                call = _call_of_result(t, ref.id, ref.message_index)
-                key = ("call", call.ordinal) if call else None
-            elif kind == "commitment" and ref.message_index is not None:
-                key = ("message", ref.message_index, ref.name)
-            elif kind == "open_call" and ref.message_index is not None:
-                call = _call_at(t, ref.id, ref.message_index)
-                key = ("call", call.ordinal) if call else None
-            verdicts_of.append(label.get((kind, source, record, key)) if kind and key else None)
-        if verdicts_of and all(v is False for v in verdicts_of):
+            key = _ref_key(t, ref.kind, ref.id, ref.name, ref.message_index)
+            kinds = _REF_KINDS.get(ref.kind, ("approval",))
+            found = [label.get((k, conv.name, key)) for k in kinds] if key else []
+            labels.append(next((f for f in found if f is not None), None))
+        if labels and all(f is False for f in labels):
             out.only_false += 1
-        if any(v is None for v in verdicts_of):
+        if any(f is None for f in labels):
             out.unlabelled += 1
     return out
 
 
-def _source_of(name: str) -> tuple[str, str | None]:
-    source, _, record = name.partition("#")
-    return source, record or None
+def _ref_key(t: Transcript, kind: str, id: str, name: str, at: int | None) -> Key | None:
+    """The key of an obligation the gate names, by its kind, id, name and message."""
+    if at is None:
+        return None
+    if kind == "commitment":
+        return ("message", at, name)
+    if kind == "retry":
+        call = _call_of_result(t, id, at)
+    else:
+        call = _call_at(t, id, at) or _call_of_result(t, id, at)
+    return ("call", call.ordinal) if call else None
 
 
 def _short(text: str, width: int = 100) -> str:
@@ -643,14 +692,30 @@ def listing(evaluation: Evaluation, which: str) -> str:
     return "\n".join(lines)
 
 
-def _verifier_rows(data: Path) -> list[Any] | None:
-    """The summary verifier's rows, when its evaluation module is present."""
+def _verifier() -> ModuleType | None:
+    """The summary verifier's evaluation module (``_verifier_eval``), when it is present."""
     try:
-        module = importlib.import_module("_verifier_eval")
+        return importlib.import_module("_verifier_eval")
     except ModuleNotFoundError:
         return None
-    evaluate_verifier: Callable[[Path], list[Any]] = module.evaluate
-    return evaluate_verifier(data)
+
+
+def label_files(verifier: ModuleType | None) -> list[Path]:
+    """The label files: every ``labels/*.jsonl`` but the verifier's own cases (a set of
+    summaries, read by its module)."""
+    own = getattr(verifier, "LABELS", None)
+    return [p for p in sorted(LABELS.glob("*.jsonl")) if own is None or p != Path(own)]
+
+
+def verifier_table(verifier: ModuleType, data: Path) -> tuple[list[Any], str]:
+    """The verifier's rows on `data`, and its table (its own `format_table` if it has one)."""
+    evaluate_verifier: Callable[[Path], list[Any]] = verifier.evaluate
+    rows = evaluate_verifier(data)
+    format_rows: Callable[[list[Any]], str] | None = getattr(verifier, "format_table", None)
+    if format_rows is not None:
+        return rows, format_rows(rows)
+    lines = ["  ".join(f"{k}={v}" for k, v in _as_dict(row).items()) for row in rows]
+    return rows, "\n".join(lines)
 
 
 def _as_dict(row: Any) -> dict[str, Any]:
@@ -669,8 +734,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kind", choices=tuple(KIND_RULES), default=None)
     args = parser.parse_args(argv)
     data = args.data or default_data_root()
+    verifier = _verifier()
     try:
-        items = load_items(sorted(LABELS.glob("*.jsonl")))
+        items = load_items(label_files(verifier))
         if args.kind:
             items = [i for i in items if i.kind == args.kind]
         loader = Loader(data, Policy.load("default").compile())
@@ -680,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     rows, verdicts = evaluation.rows, evaluation.verdicts
     user = blocks(evaluation.conversations, verdicts)
-    verifier = _verifier_rows(data)
+    checked = verifier_table(verifier, data) if verifier is not None else None
     if args.format == "json":
         out: dict[str, Any] = {
             "rows": [
@@ -700,8 +766,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 out["unlabelled"] = [
                     {"kind": k, "conversation": n, "what": w} for k, n, w in evaluation.unlabelled
                 ]
-        if verifier is not None:
-            out["verifier"] = [_as_dict(r) for r in verifier]
+        if checked is not None:
+            out["verifier"] = [_as_dict(r) for r in checked[0]]
         print(json.dumps(out, indent=2))
         return 0
     count = len(evaluation.conversations)
@@ -712,10 +778,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"conversations blocked; {user.only_false} only by items labelled false, "
         f"{user.unlabelled} by at least one obligation nobody labelled"
     )
-    if verifier is not None:
-        print("\nsummary verifier:")
-        for row in verifier:
-            print("  " + "  ".join(f"{k}={v}" for k, v in _as_dict(row).items()))
+    if checked is not None:
+        print("\nsummary verifier:\n" + checked[1])
     if args.list:
         print("\n" + listing(evaluation, args.list))
     return 0
