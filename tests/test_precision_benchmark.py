@@ -144,3 +144,20 @@ def test_an_unresolvable_anchor_names_the_label_file_and_line(tmp_path: Path) ->
 def test_a_quote_must_be_unique(tmp_path: Path) -> None:
     with pytest.raises(precision.LabelError, match=r"tiny\.jsonl:1: .*not one"):
         _evaluate(tmp_path, [_item("commitment", {"quote": "flights"}, True, "ambiguous")])
+
+
+def test_a_sidechain_thread_is_the_records_leading_back_to_its_first(tmp_path: Path) -> None:
+    records = [
+        {"uuid": "m1", "parentUuid": None, "isSidechain": False},
+        {"uuid": "a1", "parentUuid": None, "isSidechain": True},
+        {"uuid": "b1", "parentUuid": None, "isSidechain": True},
+        {"uuid": "a2", "parentUuid": "a1", "isSidechain": True},
+        {"uuid": "b2", "parentUuid": "b1", "isSidechain": True},
+        {"uuid": "a3", "parentUuid": "a2", "isSidechain": True},
+        {"uuid": "m2", "parentUuid": "m1", "isSidechain": False},
+    ]
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert [r["uuid"] for r in precision._thread(path, "a1")] == ["a1", "a2", "a3"]
+    with pytest.raises(precision.LabelError, match="no sidechain thread"):
+        precision._thread(path, "m1")
