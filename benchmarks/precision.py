@@ -479,7 +479,7 @@ def resolve(item: Item, conv: Conversation) -> Verdict:
             if not _appears(t, value):
                 raise LookupError(f"identifier {value!r} appears nowhere")
             fired = value in owed_at(a, cut)
-            context = f"cut {cut} of {len(t)}"
+            context = f"{value!r} at cut {cut} of {len(t)}; next written {_next_use(t, value, cut)}"
             return Verdict(item, conv.name, fired, key, context)
         elif item.kind == "orphan":
             result = nth_result(t, anchor)
@@ -496,6 +496,18 @@ def resolve(item: Item, conv: Conversation) -> Verdict:
     fired = key in conv.detections[item.kind]
     agree = _closes_agree(item, conv, key) if item.closes is not None and fired else None
     return Verdict(item, conv.name, fired, key, context, agree)
+
+
+def _next_use(t: Transcript, value: str, cut: int) -> str:
+    """Where `value` is next written after `cut`: the message and what carries it."""
+    for e in t.entries[cut:]:
+        if value in e.text:
+            return f"at message {e.index} ({e.role} text)"
+        if any(value in t.calls[c].arguments for c in e.calls):
+            return f"at message {e.index} (call arguments)"
+        if any(value in t.results[r].text for r in e.results):
+            return f"at message {e.index} (tool result)"
+    return "nowhere"
 
 
 def _appears(t: Transcript, value: str) -> bool:
