@@ -315,6 +315,15 @@ def nth_call(t: Transcript, anchor: dict[str, Any]) -> ToolCall:
     return calls[occurrence]
 
 
+def approval_request(t: Transcript, request_id: str) -> int:
+    """The message holding the Responses ``mcp_approval_request`` item `request_id` (not a
+    call: the model asks, and the client answers with an ``mcp_approval_response``)."""
+    for entry in t.entries:
+        if entry.item == "mcp_approval_request" and t.messages[entry.index].get("id") == request_id:
+            return entry.index
+    raise LookupError(f"no call or mcp_approval_request {request_id!r}")
+
+
 def nth_result(t: Transcript, anchor: dict[str, Any]) -> ToolResult:
     """The `occurrence`-th result carrying `call_id`."""
     results = [r for r in t.results if r.call_id == anchor["call_id"]]
@@ -424,6 +433,9 @@ def detections(conv: Conversation) -> dict[str, dict[Key, str]]:
     for o in a.obligations:
         if o.resolved is not None or o.rule not in obligation_rules:
             continue
+        if o.kind == "approval":
+            out["approval"][("approval", o.opened)] = f"{o.rule} {o.name} open at the end"
+            continue
         named = _named_call(t, o)
         if named is None:
             continue
@@ -485,6 +497,10 @@ def resolve(item: Item, conv: Conversation) -> Verdict:
             result = nth_result(t, anchor)
             key = ("result", result.ordinal)
             context = result.text
+        elif item.kind == "approval" and not any(c.id == anchor["call_id"] for c in t.calls):
+            at = approval_request(t, anchor["call_id"])
+            key = ("approval", at)
+            context = t.entries[at].item
         else:
             call = nth_call(t, anchor)
             key = ("call", call.ordinal)
