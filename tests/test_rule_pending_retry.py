@@ -40,7 +40,6 @@ def negatives(s: Script) -> list[int]:
         "Error: not enough seats on flight HAT290",
         "Error: gift card balance is not enough",
         "Error: certificate cannot be used to update reservation",
-        "Error: flight HAT030 not available on date 2024-05-13",
         "Error: cancellation is not allowed by the fare policy",
     ],
 )
@@ -75,6 +74,9 @@ def test_a_permission_not_granted_waits_on_the_user_and_opens_no_chain() -> None
         ("InputValidationError: The required parameter `prompt` is missing", "input"),
         ("Error: payment amount does not add up, total price is 305, but paid 255", "input"),
         ("Error: non-delivered order cannot be returned", "refusal"),
+        # The update named a flight that does not fly that day (a flown segment kept): the
+        # model's own argument, which a corrected call gets past.
+        ("Error: flight HAT030 not available on date 2024-05-13", "input"),
         ("fatal: The current branch main has no upstream branch.", "other"),  # a chain
     ],
 )
@@ -237,3 +239,33 @@ def test_a_promise_to_retry_keeps_the_chain_open_past_the_users_reply() -> None:
     s.say("The mail service is down; I will retry in a minute.")
     s.user("ok")
     assert chains(s) == [(failed, None, "open")]
+
+
+# -- a not-found of the model's own identifier --------------------------------------------------
+
+
+def test_a_not_found_of_an_id_nobody_supplied_is_a_typo_the_next_lookup_retries() -> None:
+    s = Script(CHAT)
+    s.user("my reservation is IFOYYZ")
+    s.call(Call("g1", "get_reservation_details", {"reservation_id": "IFOYWZ"}))
+    failed = s.result("g1", "Error: Reservation IFOYWZ not found")
+    s.call(Call("g2", "get_reservation_details", {"reservation_id": "IFOYYZ"}))
+    found = s.result("g2", '{"reservation_id": "IFOYYZ", "origin": "JFK"}')
+    assert chains(s) == [(failed, found, "succeeded")]
+
+
+def test_a_not_found_of_the_id_the_user_gave_is_an_answer_and_opens_no_chain() -> None:
+    s = Script(CHAT)
+    s.user("my reservation is IFOYYZ")
+    s.call(Call("g1", "get_reservation_details", {"reservation_id": "IFOYYZ"}))
+    s.result("g1", "Error: Reservation IFOYYZ not found")
+    assert chains(s) == []
+
+
+def test_a_payment_not_found_in_an_update_with_an_invented_payment_id_opens_a_chain() -> None:
+    s = Script(CHAT)
+    s.user("upgrade M20IZO to business with my card")
+    update = {"reservation_id": "M20IZO", "cabin": "business", "payment_id": "credit_card_1"}
+    s.call(Call("u1", "update_reservation_flights", update))
+    failed = s.result("u1", "Error: payment method not found")
+    assert chains(s) == [(failed, None, "open")]  # the corrected update is still owed

@@ -1,11 +1,14 @@
 """``pending_retry``: a failed call whose retry chain is still open (seed 1's retry counter).
 
 A chain opens at a failure the model may still retry: a transient one (a timeout, a rate
-limit, an unavailable service), an input error (the call's arguments were rejected), or any
-other failure of a call (a command that exited non-zero). It does not open at a negative answer
-("user not found" is a result), a rejection (the user declined: "do not retry"), or a refusal
-by the tool's own rules ("non-delivered order cannot be returned", "not enough seats", a
-permission not granted): those are answers, which only the negative-result rule keeps.
+limit, an unavailable service), an input error (the call's arguments were rejected, or named
+what does not exist: "flight X not available on date D"), or any other failure of a call (a
+command that exited non-zero). A not-found opens one when the call holds an identifier no
+message before it supplied (the model mistyped or made it up). It does not open at a negative
+answer ("user not found" of the id the user gave is a result), a rejection (the user
+declined: "do not retry"), or a refusal by the tool's own rules ("non-delivered order cannot
+be returned", "not enough seats", a permission not granted): those are answers, which only
+the negative-result rule keeps.
 
 A retry is a later call with the same intent, not byte-equal arguments (`same_intent`): a shell
 command by its program, subcommand and primary operand (``git push`` and ``git push
@@ -33,7 +36,7 @@ from otel_compaction.rules.base import Discharge, Finding, Rule, SpanView, Track
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
-    from otel_compaction.transcript import ToolCall, ToolResult
+    from otel_compaction.transcript import ToolCall, ToolResult, Transcript
 
 __all__ = ["RULE", "Target", "failure_kind", "same_intent", "target", "target_of"]
 
@@ -54,7 +57,9 @@ _INPUT_ERROR: Final = re.compile(
     r"|invalid (?:arguments?|parameters?|input|value|type|json)"
     r"|unexpected (?:keyword )?argument|(?:unknown|unrecognized) (?:parameter|argument|option)"
     r"|should be a valid|must be (?:a|an|one of|of type)"
-    r"|(?:does not|doesn't|do not|don't) add up|mismatch(?:ed)?)\b"
+    r"|(?:does not|doesn't|do not|don't) add up|mismatch(?:ed)?"
+    # An argument names what does not exist at another ("flight X not available on date D").
+    r"|not available (?:on|at|for|in))\b"
 )
 _REFUSAL: Final = re.compile(
     r"(?i)\b(?:cannot|can ?not|can't|may not|could not) be (?:\w+ed|\w+en|done|undone|used)\b"
@@ -65,6 +70,11 @@ _REFUSAL: Final = re.compile(
     r"|\b(?:haven't|have not|has not|hasn't|not) (?:yet )?(?:been )?granted\b"
     r"|\bpermission (?:denied|required)\b|\brequires? (?:approval|permission)\b"
 )
+
+# A lookup that found nothing; with an identifier nothing before the call supplied, the model
+# mistyped or made it up, and a corrected call is owed.
+_NOT_FOUND: Final = re.compile(r"(?i)\bnot found\b|\bno such\b|\bdoes(?: not|n't) exist\b")
+_IDENTIFIER: Final = re.compile(r"[A-Za-z0-9][\w.-]*")
 
 # What the model says when it abandons the failed approach.
 _GIVE_UP: Final = re.compile(
@@ -244,9 +254,13 @@ def scan(analysis: Analysis) -> list[Tracked]:
     for result in results[fold.resume :]:
         if result.ordinal in in_chain or result.call is None:
             continue
-        if analysis.outcomes[result.ordinal] != "failure":
+        outcome = analysis.outcomes[result.ordinal]
+        if outcome == "failure":
+            kind = failure_kind(result.text)
+        elif outcome == "absence" and _unsupplied(transcript, fold, result):
+            kind = "input"
+        else:
             continue
-        kind = failure_kind(result.text)
         if kind == "refusal":
             continue
         answers: list[int] = []
@@ -267,6 +281,44 @@ def scan(analysis: Analysis) -> list[Tracked]:
         fold.resume = len(results)
     fold.upto = len(results)
     return out
+
+
+def _unsupplied(transcript: Transcript, fold: _Chains, result: ToolResult) -> bool:
+    """Whether `result` says not found of a call (arguments, not a command or a file) holding
+    an identifier that no message or result before the call wrote: the model's own typo."""
+    call = transcript.calls[result.call or 0]
+    if fold.target(call)[0] != "args" or not _NOT_FOUND.search(result.text[:_HEAD]):
+        return False
+    try:
+        value: Any = json.loads(call.arguments)
+    except (TypeError, ValueError):
+        return False
+    values = [v for v in _leaves(value) if _IDENTIFIER.fullmatch(v) and _coined(v)]
+    if not values:
+        return False
+    before = [e.text for e in transcript.entries[: call.message_index]]
+    before += [r.text for r in transcript.results if r.message_index < call.message_index]
+    seen = "\n".join(before)
+    return any(v not in seen for v in values)
+
+
+def _leaves(value: Any) -> list[str]:
+    """The strings a decoded argument value holds, at any depth."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [s for v in value for s in _leaves(v)]
+    return []
+
+
+def _coined(word: str) -> bool:
+    """Whether `word` reads as an identifier: a code with a digit or upper-case letters only,
+    not a date or a plain word."""
+    if re.fullmatch(r"[\d.-]+", word):
+        return False  # a number or a date
+    return any(c.isdigit() for c in word) or (len(word) >= 5 and word.isupper())
 
 
 def _chain(
