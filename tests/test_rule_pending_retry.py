@@ -193,10 +193,21 @@ def test_a_failed_retry_extends_the_chain_to_the_retry_that_succeeds() -> None:
     s.call(Call("x1", "get_rate", {"pair": "EURUSD"}))
     failed = s.result("x1", "Error: rate limited")
     s.call(Call("x2", "get_rate", {"pair": "EURUSD"}))
-    s.result("x2", "Error: rate limited")
+    again = s.result("x2", "Error: rate limited")
     s.call(Call("x3", "get_rate", {"pair": "EURUSD"}))
     rate = s.result("x3", "1.08")
-    assert chains(s) == [(failed, rate, "succeeded")]
+    # The failed retry is held with its chain: a cut after it still owes the call.
+    assert chains(s) == [(failed, rate, "succeeded"), (again, rate, "succeeded")]
+
+
+def test_a_failed_retry_with_corrected_arguments_is_held_with_the_chain() -> None:
+    s = Script(CHAT)
+    s.user("book it")
+    s.call(Call("b1", "book_reservation", {"flight": "HAT1", "amount": 255}))
+    failed = s.result("b1", "Error: payment amount does not add up, total is 305, but paid 255")
+    s.call(Call("b2", "book_reservation", {"flight": "HAT1", "amount": 300}))
+    again = s.result("b2", "Error: payment amount does not add up, total is 305, but paid 300")
+    assert chains(s) == [(failed, None, "open"), (again, None, "open")]
 
 
 # -- where it is given up -----------------------------------------------------------------------

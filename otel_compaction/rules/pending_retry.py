@@ -23,6 +23,9 @@ closes:
   promising to retry; or the user speaks first, which gives the chain up where the model's turn
   ended, before the user's message (a span never takes that message in to close it);
 * ``stale``: after the policy's ``stale_after``; or ``given_up`` through `force_terminal`.
+
+Each failed retry is held with its chain (opened at its own failure, resolved where the chain
+is): a cut after it still owes the call.
 """
 
 from __future__ import annotations
@@ -266,12 +269,13 @@ def scan(analysis: Analysis) -> list[Tracked]:
         answers: list[int] = []
         chain = _chain(analysis, fold, result, kind == "input", answers)
         in_chain.update(answers)
-        out.append(chain)
+        held = [chain, *_failed_retries(analysis, chain, answers)]
+        out += held
         settled = chain.status == "succeeded" or (
             chain.resolved is not None and chain.resolved < last
         )
         if settling and settled:
-            fold.final.append(chain)
+            fold.final += held
             fold.in_chain.update(answers)
             fold.resume = result.ordinal + 1
         elif settling:
@@ -281,6 +285,25 @@ def scan(analysis: Analysis) -> list[Tracked]:
         fold.resume = len(results)
     fold.upto = len(results)
     return out
+
+
+def _failed_retries(analysis: Analysis, chain: Tracked, answers: list[int]) -> list[Tracked]:
+    """Each failed retry of `chain` (its `answers`) is held with it: a failed call whose chain
+    is still open, resolved where the chain is."""
+    results, calls = analysis.transcript.results, analysis.transcript.calls
+    held = []
+    for ordinal in answers:
+        answer = results[ordinal]
+        if analysis.outcomes[ordinal] == "failure" and answer.call is not None:
+            call = calls[answer.call]
+            subjects = analysis.scans.subjects(call)
+            at = answer.message_index
+            tracked = Tracked(
+                "pending_retry", "retry", call.id, call.name, at, chain.resolved, chain.status,
+                subjects,
+            )  # fmt: skip
+            held.append(tracked)
+    return held
 
 
 def _unsupplied(transcript: Transcript, fold: _Chains, result: ToolResult) -> bool:
