@@ -280,3 +280,41 @@ def test_a_payment_not_found_in_an_update_with_an_invented_payment_id_opens_a_ch
     s.call(Call("u1", "update_reservation_flights", update))
     failed = s.result("u1", "Error: payment method not found")
     assert chains(s) == [(failed, None, "open")]  # the corrected update is still owed
+
+
+# -- a command that found nothing ---------------------------------------------------------------
+
+
+def test_a_missing_path_the_model_works_at_again_opens_a_chain() -> None:
+    s = Script(ANTHROPIC)
+    s.user("list the types")
+    s.call(Call("b1", "Bash", {"command": "ls -la types/"}))
+    failed = s.result("b1", "ls: cannot access 'types/': No such file or directory", error=True)
+    s.call(Call("b2", "Bash", {"command": "cd /repo && ls -la types/"}))
+    listed = s.result("b2", "index.ts\ntodo.ts")
+    assert chains(s) == [(failed, listed, "succeeded")]
+
+
+def test_a_probe_whose_absence_the_model_accepts_opens_no_chain() -> None:
+    s = Script(ANTHROPIC)
+    s.user("look for the optional specs")
+    s.call(Call("b1", "Bash", {"command": "ls specs/"}))
+    s.result("b1", "ls: cannot access 'specs/': No such file or directory", error=True)
+    s.call(Call("r1", "Read", {"file_path": "/repo/README.md"}))  # it goes on without them
+    s.result("r1", "1\t# Repo")
+    s.say("There is no specs folder; the README describes the layout.")
+    assert chains(s) == []
+
+
+def test_a_probe_retried_only_later_is_found_by_a_growing_conversation_as_by_a_fresh_one() -> None:
+    from test_incremental import grow_and_compare
+
+    s = Script(ANTHROPIC)
+    s.user("list the types")
+    s.call(Call("b1", "Bash", {"command": "ls -la types/"}))
+    s.result("b1", "ls: cannot access 'types/': No such file or directory", error=True)
+    s.call(Call("r1", "Read", {"file_path": "/repo/README.md"}))
+    s.result("r1", "1\t# Repo")
+    s.call(Call("b2", "Bash", {"command": "cd /repo && ls -la types/"}))
+    s.result("b2", "index.ts")
+    assert grow_and_compare(s.messages, Policy.load("default")) == len(s.messages)

@@ -24,6 +24,10 @@ closes:
   ended, before the user's message (a span never takes that message in to close it);
 * ``stale``: after the policy's ``stale_after``; or ``given_up`` through `force_terminal`.
 
+A command or file tool that finds nothing ("No such file or directory") opens a chain only when
+the model works at the same target again before it gives up: the missing path was an obstacle;
+a probe whose absence the model accepts is an answer.
+
 Each failed retry is held with its chain (opened at its own failure, resolved where the chain
 is): a cut after it still owes the call.
 """
@@ -262,18 +266,26 @@ def scan(analysis: Analysis) -> list[Tracked]:
             kind = failure_kind(result.text)
         elif outcome == "absence" and _unsupplied(transcript, fold, result):
             kind = "input"
+        elif outcome == "absence" and fold.target(transcript.calls[result.call])[0] != "args":
+            kind = "probe"  # a path or command that found nothing: a chain if it is retried
         else:
             continue
         if kind == "refusal":
             continue
         answers: list[int] = []
         chain = _chain(analysis, fold, result, kind == "input", answers)
-        in_chain.update(answers)
-        held = [chain, *_failed_retries(analysis, chain, answers)]
-        out += held
         settled = chain.status == "succeeded" or (
             chain.resolved is not None and chain.resolved < last
         )
+        if kind == "probe" and not answers:
+            # Nothing found, and the model has not worked at it again: an answer so far.
+            if settling and not settled:
+                settling = False
+                fold.resume = result.ordinal
+            continue
+        in_chain.update(answers)
+        held = [chain, *_failed_retries(analysis, chain, answers)]
+        out += held
         if settling and settled:
             fold.final += held
             fold.in_chain.update(answers)
