@@ -40,7 +40,6 @@ def negatives(s: Script) -> list[int]:
         "Error: not enough seats on flight HAT290",
         "Error: gift card balance is not enough",
         "Error: certificate cannot be used to update reservation",
-        "Error: flight HAT030 not available on date 2024-05-13",
         "Error: cancellation is not allowed by the fare policy",
     ],
 )
@@ -75,6 +74,9 @@ def test_a_permission_not_granted_waits_on_the_user_and_opens_no_chain() -> None
         ("InputValidationError: The required parameter `prompt` is missing", "input"),
         ("Error: payment amount does not add up, total price is 305, but paid 255", "input"),
         ("Error: non-delivered order cannot be returned", "refusal"),
+        # The update named a flight that does not fly that day (a flown segment kept): the
+        # model's own argument, which a corrected call gets past.
+        ("Error: flight HAT030 not available on date 2024-05-13", "input"),
         ("fatal: The current branch main has no upstream branch.", "other"),  # a chain
     ],
 )
@@ -191,10 +193,21 @@ def test_a_failed_retry_extends_the_chain_to_the_retry_that_succeeds() -> None:
     s.call(Call("x1", "get_rate", {"pair": "EURUSD"}))
     failed = s.result("x1", "Error: rate limited")
     s.call(Call("x2", "get_rate", {"pair": "EURUSD"}))
-    s.result("x2", "Error: rate limited")
+    again = s.result("x2", "Error: rate limited")
     s.call(Call("x3", "get_rate", {"pair": "EURUSD"}))
     rate = s.result("x3", "1.08")
-    assert chains(s) == [(failed, rate, "succeeded")]
+    # The failed retry is held with its chain: a cut after it still owes the call.
+    assert chains(s) == [(failed, rate, "succeeded"), (again, rate, "succeeded")]
+
+
+def test_a_failed_retry_with_corrected_arguments_is_held_with_the_chain() -> None:
+    s = Script(CHAT)
+    s.user("book it")
+    s.call(Call("b1", "book_reservation", {"flight": "HAT1", "amount": 255}))
+    failed = s.result("b1", "Error: payment amount does not add up, total is 305, but paid 255")
+    s.call(Call("b2", "book_reservation", {"flight": "HAT1", "amount": 300}))
+    again = s.result("b2", "Error: payment amount does not add up, total is 305, but paid 300")
+    assert chains(s) == [(failed, None, "open"), (again, None, "open")]
 
 
 # -- where it is given up -----------------------------------------------------------------------
@@ -237,3 +250,71 @@ def test_a_promise_to_retry_keeps_the_chain_open_past_the_users_reply() -> None:
     s.say("The mail service is down; I will retry in a minute.")
     s.user("ok")
     assert chains(s) == [(failed, None, "open")]
+
+
+# -- a not-found of the model's own identifier --------------------------------------------------
+
+
+def test_a_not_found_of_an_id_nobody_supplied_is_a_typo_the_next_lookup_retries() -> None:
+    s = Script(CHAT)
+    s.user("my reservation is IFOYYZ")
+    s.call(Call("g1", "get_reservation_details", {"reservation_id": "IFOYWZ"}))
+    failed = s.result("g1", "Error: Reservation IFOYWZ not found")
+    s.call(Call("g2", "get_reservation_details", {"reservation_id": "IFOYYZ"}))
+    found = s.result("g2", '{"reservation_id": "IFOYYZ", "origin": "JFK"}')
+    assert chains(s) == [(failed, found, "succeeded")]
+
+
+def test_a_not_found_of_the_id_the_user_gave_is_an_answer_and_opens_no_chain() -> None:
+    s = Script(CHAT)
+    s.user("my reservation is IFOYYZ")
+    s.call(Call("g1", "get_reservation_details", {"reservation_id": "IFOYYZ"}))
+    s.result("g1", "Error: Reservation IFOYYZ not found")
+    assert chains(s) == []
+
+
+def test_a_payment_not_found_in_an_update_with_an_invented_payment_id_opens_a_chain() -> None:
+    s = Script(CHAT)
+    s.user("upgrade M20IZO to business with my card")
+    update = {"reservation_id": "M20IZO", "cabin": "business", "payment_id": "credit_card_1"}
+    s.call(Call("u1", "update_reservation_flights", update))
+    failed = s.result("u1", "Error: payment method not found")
+    assert chains(s) == [(failed, None, "open")]  # the corrected update is still owed
+
+
+# -- a command that found nothing ---------------------------------------------------------------
+
+
+def test_a_missing_path_the_model_works_at_again_opens_a_chain() -> None:
+    s = Script(ANTHROPIC)
+    s.user("list the types")
+    s.call(Call("b1", "Bash", {"command": "ls -la types/"}))
+    failed = s.result("b1", "ls: cannot access 'types/': No such file or directory", error=True)
+    s.call(Call("b2", "Bash", {"command": "cd /repo && ls -la types/"}))
+    listed = s.result("b2", "index.ts\ntodo.ts")
+    assert chains(s) == [(failed, listed, "succeeded")]
+
+
+def test_a_probe_whose_absence_the_model_accepts_opens_no_chain() -> None:
+    s = Script(ANTHROPIC)
+    s.user("look for the optional specs")
+    s.call(Call("b1", "Bash", {"command": "ls specs/"}))
+    s.result("b1", "ls: cannot access 'specs/': No such file or directory", error=True)
+    s.call(Call("r1", "Read", {"file_path": "/repo/README.md"}))  # it goes on without them
+    s.result("r1", "1\t# Repo")
+    s.say("There is no specs folder; the README describes the layout.")
+    assert chains(s) == []
+
+
+def test_a_probe_retried_only_later_is_found_by_a_growing_conversation_as_by_a_fresh_one() -> None:
+    from test_incremental import grow_and_compare
+
+    s = Script(ANTHROPIC)
+    s.user("list the types")
+    s.call(Call("b1", "Bash", {"command": "ls -la types/"}))
+    s.result("b1", "ls: cannot access 'types/': No such file or directory", error=True)
+    s.call(Call("r1", "Read", {"file_path": "/repo/README.md"}))
+    s.result("r1", "1\t# Repo")
+    s.call(Call("b2", "Bash", {"command": "cd /repo && ls -la types/"}))
+    s.result("b2", "index.ts")
+    assert grow_and_compare(s.messages, Policy.load("default")) == len(s.messages)

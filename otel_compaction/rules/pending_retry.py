@@ -1,11 +1,14 @@
 """``pending_retry``: a failed call whose retry chain is still open (seed 1's retry counter).
 
 A chain opens at a failure the model may still retry: a transient one (a timeout, a rate
-limit, an unavailable service), an input error (the call's arguments were rejected), or any
-other failure of a call (a command that exited non-zero). It does not open at a negative answer
-("user not found" is a result), a rejection (the user declined: "do not retry"), or a refusal
-by the tool's own rules ("non-delivered order cannot be returned", "not enough seats", a
-permission not granted): those are answers, which only the negative-result rule keeps.
+limit, an unavailable service), an input error (the call's arguments were rejected, or named
+what does not exist: "flight X not available on date D"), or any other failure of a call (a
+command that exited non-zero). A not-found opens one when the call holds an identifier no
+message before it supplied (the model mistyped or made it up). It does not open at a negative
+answer ("user not found" of the id the user gave is a result), a rejection (the user
+declined: "do not retry"), or a refusal by the tool's own rules ("non-delivered order cannot
+be returned", "not enough seats", a permission not granted): those are answers, which only
+the negative-result rule keeps.
 
 A retry is a later call with the same intent, not byte-equal arguments (`same_intent`): a shell
 command by its program, subcommand and primary operand (``git push`` and ``git push
@@ -20,6 +23,13 @@ closes:
   promising to retry; or the user speaks first, which gives the chain up where the model's turn
   ended, before the user's message (a span never takes that message in to close it);
 * ``stale``: after the policy's ``stale_after``; or ``given_up`` through `force_terminal`.
+
+A command or file tool that finds nothing ("No such file or directory") opens a chain only when
+the model works at the same target again before it gives up: the missing path was an obstacle;
+a probe whose absence the model accepts is an answer.
+
+Each failed retry is held with its chain (opened at its own failure, resolved where the chain
+is): a cut after it still owes the call.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from otel_compaction.rules.base import Discharge, Finding, Rule, SpanView, Track
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis
-    from otel_compaction.transcript import ToolCall, ToolResult
+    from otel_compaction.transcript import ToolCall, ToolResult, Transcript
 
 __all__ = ["RULE", "Target", "failure_kind", "same_intent", "target", "target_of"]
 
@@ -54,7 +64,9 @@ _INPUT_ERROR: Final = re.compile(
     r"|invalid (?:arguments?|parameters?|input|value|type|json)"
     r"|unexpected (?:keyword )?argument|(?:unknown|unrecognized) (?:parameter|argument|option)"
     r"|should be a valid|must be (?:a|an|one of|of type)"
-    r"|(?:does not|doesn't|do not|don't) add up|mismatch(?:ed)?)\b"
+    r"|(?:does not|doesn't|do not|don't) add up|mismatch(?:ed)?"
+    # An argument names what does not exist at another ("flight X not available on date D").
+    r"|not available (?:on|at|for|in))\b"
 )
 _REFUSAL: Final = re.compile(
     r"(?i)\b(?:cannot|can ?not|can't|may not|could not) be (?:\w+ed|\w+en|done|undone|used)\b"
@@ -65,6 +77,11 @@ _REFUSAL: Final = re.compile(
     r"|\b(?:haven't|have not|has not|hasn't|not) (?:yet )?(?:been )?granted\b"
     r"|\bpermission (?:denied|required)\b|\brequires? (?:approval|permission)\b"
 )
+
+# A lookup that found nothing; with an identifier nothing before the call supplied, the model
+# mistyped or made it up, and a corrected call is owed.
+_NOT_FOUND: Final = re.compile(r"(?i)\bnot found\b|\bno such\b|\bdoes(?: not|n't) exist\b")
+_IDENTIFIER: Final = re.compile(r"[A-Za-z0-9][\w.-]*")
 
 # What the model says when it abandons the failed approach.
 _GIVE_UP: Final = re.compile(
@@ -244,20 +261,33 @@ def scan(analysis: Analysis) -> list[Tracked]:
     for result in results[fold.resume :]:
         if result.ordinal in in_chain or result.call is None:
             continue
-        if analysis.outcomes[result.ordinal] != "failure":
+        outcome = analysis.outcomes[result.ordinal]
+        if outcome == "failure":
+            kind = failure_kind(result.text)
+        elif outcome == "absence" and _unsupplied(transcript, fold, result):
+            kind = "input"
+        elif outcome == "absence" and fold.target(transcript.calls[result.call])[0] != "args":
+            kind = "probe"  # a path or command that found nothing: a chain if it is retried
+        else:
             continue
-        kind = failure_kind(result.text)
         if kind == "refusal":
             continue
         answers: list[int] = []
         chain = _chain(analysis, fold, result, kind == "input", answers)
-        in_chain.update(answers)
-        out.append(chain)
         settled = chain.status == "succeeded" or (
             chain.resolved is not None and chain.resolved < last
         )
+        if kind == "probe" and not answers:
+            # Nothing found, and the model has not worked at it again: an answer so far.
+            if settling and not settled:
+                settling = False
+                fold.resume = result.ordinal
+            continue
+        in_chain.update(answers)
+        held = [chain, *_failed_retries(analysis, chain, answers)]
+        out += held
         if settling and settled:
-            fold.final.append(chain)
+            fold.final += held
             fold.in_chain.update(answers)
             fold.resume = result.ordinal + 1
         elif settling:
@@ -267,6 +297,63 @@ def scan(analysis: Analysis) -> list[Tracked]:
         fold.resume = len(results)
     fold.upto = len(results)
     return out
+
+
+def _failed_retries(analysis: Analysis, chain: Tracked, answers: list[int]) -> list[Tracked]:
+    """Each failed retry of `chain` (its `answers`) is held with it: a failed call whose chain
+    is still open, resolved where the chain is."""
+    results, calls = analysis.transcript.results, analysis.transcript.calls
+    held = []
+    for ordinal in answers:
+        answer = results[ordinal]
+        if analysis.outcomes[ordinal] == "failure" and answer.call is not None:
+            call = calls[answer.call]
+            subjects = analysis.scans.subjects(call)
+            at = answer.message_index
+            tracked = Tracked(
+                "pending_retry", "retry", call.id, call.name, at, chain.resolved, chain.status,
+                subjects,
+            )  # fmt: skip
+            held.append(tracked)
+    return held
+
+
+def _unsupplied(transcript: Transcript, fold: _Chains, result: ToolResult) -> bool:
+    """Whether `result` says not found of a call (arguments, not a command or a file) holding
+    an identifier that no message or result before the call wrote: the model's own typo."""
+    call = transcript.calls[result.call or 0]
+    if fold.target(call)[0] != "args" or not _NOT_FOUND.search(result.text[:_HEAD]):
+        return False
+    try:
+        value: Any = json.loads(call.arguments)
+    except (TypeError, ValueError):
+        return False
+    values = [v for v in _leaves(value) if _IDENTIFIER.fullmatch(v) and _coined(v)]
+    if not values:
+        return False
+    before = [e.text for e in transcript.entries[: call.message_index]]
+    before += [r.text for r in transcript.results if r.message_index < call.message_index]
+    seen = "\n".join(before)
+    return any(v not in seen for v in values)
+
+
+def _leaves(value: Any) -> list[str]:
+    """The strings a decoded argument value holds, at any depth."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [s for v in value for s in _leaves(v)]
+    return []
+
+
+def _coined(word: str) -> bool:
+    """Whether `word` reads as an identifier: a code with a digit or upper-case letters only,
+    not a date or a plain word."""
+    if re.fullmatch(r"[\d.-]+", word):
+        return False  # a number or a date
+    return any(c.isdigit() for c in word) or (len(word) >= 5 and word.isupper())
 
 
 def _chain(
