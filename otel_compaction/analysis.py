@@ -196,7 +196,7 @@ class Analysis:
         self._ledger_records: dict[str, dict[str, list[Obligation]]] = {}
         if ledger is not None:
             self._match_ledger(ledger)
-        self.outcomes: list[Outcome] = self.scans.outcomes(transcript.results)
+        self.outcomes: list[Outcome] = self.scans.outcomes(transcript.results, transcript.calls)
         self.user_turns = self.scans.user_turns(transcript)
         self.head = self._protected_head()
         self.facts: dict[str, Any] = {}

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
 from otel_compaction.identifiers import candidates, find_identifiers, is_path
+from otel_compaction.outcomes import RESULT_HEAD, Outcome, judge
 from otel_compaction.patterns import Scan
 from otel_compaction.policy import Policy
 from otel_compaction.transcript import Entry, ToolCall, ToolResult, Transcript, TranscriptBuilder
@@ -23,14 +24,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = ["RESULT_HEAD", "MessageScans", "Outcome", "call_subjects"]
-
-# Outcomes are judged on the head of a result: an absence or a failure is stated up front,
-# and scanning megabytes of payload for "not found" only finds noise.
-RESULT_HEAD: Final = 2_000
-
-Outcome = Literal["success", "silent", "failure", "absence", "rejection"]
-"""What a result says: it worked (with output, or silently), it failed (and may be retried),
-something was not the case, or the call was refused before it ran."""
 
 # Arguments that set how a call runs, not what it is about: a summary never names a call by
 # its output mode, its timeout or its working directory.
@@ -163,20 +156,23 @@ class MessageScans:
                     if about is not None:
                         self._subjects[placed] = about
             for ordinal, placed in zip(was.results, now.results, strict=True):
-                if ordinal < len(outcomes):
+                # An outcome reads its result and the call it answers (the call's tool).
+                if ordinal < len(outcomes) and _same_call(before, ordinal, after, placed):
                     carried[placed] = outcomes[ordinal]
         if carried:
+            calls = after.calls
             self._outcomes = [
-                carried[r.ordinal] if r.ordinal in carried else self._outcome(r)
+                carried[r.ordinal] if r.ordinal in carried else self._outcome(r, calls)
                 for r in after.results
             ]
 
-    def outcomes(self, results: Sequence[ToolResult]) -> list[Outcome]:
-        """The outcome of every result, in order."""
+    def outcomes(self, results: Sequence[ToolResult], calls: Sequence[ToolCall]) -> list[Outcome]:
+        """The outcome of every result (answering its call among `calls`), in order."""
         memo = self._outcomes
         if len(memo) > len(results):
-            return [self._outcome(r) for r in results]  # not this conversation's results
-        memo.extend(self._outcome(r) for r in results[len(memo) :])
+            # Not this conversation's results.
+            return [self._outcome(r, calls) for r in results]
+        memo.extend(self._outcome(r, calls) for r in results[len(memo) :])
         return memo.copy()
 
     def user_turns(self, transcript: Transcript) -> list[int]:
@@ -279,28 +275,18 @@ class MessageScans:
         values.update(dict.fromkeys(introducing, False))
         return tuple(values.items())
 
-    def _outcome(self, result: ToolResult) -> Outcome:
-        policy = self.policy
-        head = result.text[:RESULT_HEAD]
-        # One pass over the three shape lists first: most results match none of them.
-        negative = policy.negative_regex
-        if negative is None or not negative.found(head):
-            if result.status == "error":
-                return "failure"
-            if not head.strip():
-                return "absence" if policy.patterns.null_result.empty else "silent"
-            return "success"
-        rejection = policy.rejection_regex
-        if rejection is not None and rejection.found(head):
-            return "rejection"
-        absence = policy.null_regex
-        if absence is not None and absence.found(head):
-            return "absence"
-        if result.status == "error":
-            return "failure"
-        failure = policy.error_regex
-        if failure is not None and failure.found(head):
-            return "failure"
-        if not head.strip():
-            return "absence" if policy.patterns.null_result.empty else "silent"
-        return "success"
+    def _outcome(self, result: ToolResult, calls: Sequence[ToolCall]) -> Outcome:
+        call = calls[result.call] if result.call is not None else None
+        return judge(self.policy, result.status, result.text, call)
+
+
+def _same_call(
+    before: TranscriptBuilder, ordinal: int, after: TranscriptBuilder, placed: int
+) -> bool:
+    """True when result `ordinal` of `before` and result `placed` of `after` answer calls of
+    the same tool and arguments (or are both orphans)."""
+    was, now = before.results[ordinal].call, after.results[placed].call
+    if was is None or now is None:
+        return was is now
+    a, b = before.calls[was], after.calls[now]
+    return a.name == b.name and a.arguments == b.arguments
