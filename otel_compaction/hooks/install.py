@@ -10,11 +10,16 @@ so the hooks work without the package's script on the CLI's ``PATH``.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shlex
 import shutil
+import stat
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -56,38 +61,177 @@ def command(cli: str, options: Options | None = None) -> str:
     return line
 
 
-def _read(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
+_BACKUP: Final = ".otel-compaction.bak"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} overflows a double")
+    return value
+
+
+def _check_text(path: Path, value: Any) -> None:
+    """Refuse strings a UTF-8 file cannot hold (lone surrogates) and `null` hook groups."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CompactionError(f"{path}: holds a lone surrogate (\\u escape)") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(path, key)
+            _check_text(path, item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_text(path, item)
+
+
+def _target(path: Path) -> Path:
+    """The file written: a symlinked settings file (a dotfile manager's) is written through."""
+    return path.resolve() if path.is_symlink() else path
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The settings at `path` and their text (None when the file does not exist yet)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        raise CompactionError(f"{path}: cannot read the settings file: {exc}") from None
+    if not stat.S_ISREG(mode):
+        raise CompactionError(f"{path}: not a regular file")
+    try:
+        raw = path.read_bytes()
+        if raw.startswith(b"\xef\xbb\xbf"):
+            raise ValueError("starts with a byte-order mark")
+        text = raw.decode("utf-8")
+        data = json.loads(text or "{}", parse_constant=_reject_constant, parse_float=_parse_float)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise CompactionError(f"{path}: cannot read the settings file: {exc}") from None
     if not isinstance(data, dict):
         raise CompactionError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    _check_text(path, data)
     hooks = data.get("hooks", {})
     if not isinstance(hooks, dict):
         raise CompactionError(f"{path}: 'hooks' must be an object")
-    return data
+    for event, groups in hooks.items():
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            raise CompactionError(f"{path}: hooks.{event} must be a list of objects")
+        for group in groups:
+            if not isinstance(group.get("hooks", []), list):
+                raise CompactionError(f"{path}: hooks.{event}[].hooks must be a list")
+    return data, text
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        shutil.copy2(path, path.with_name(path.name + ".otel-compaction.bak"))
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    temporary.replace(path)
+def _indent(text: str | None) -> int | str:
+    """The indentation the file already uses (two spaces for a new file)."""
+    for line in (text or "").splitlines()[1:]:
+        stripped = line.lstrip(" \t")
+        if stripped and len(stripped) < len(line):
+            lead = line[: len(line) - len(stripped)]
+            return lead if "\t" in lead else len(lead)
+    return 2
+
+
+def _dump(data: dict[str, Any], text: str | None) -> str:
+    ending = "\n" if text is None or text.endswith("\n") else ""
+    return json.dumps(data, indent=_indent(text), ensure_ascii=False) + ending
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialize changes to the settings files of one directory (a lock on the directory, so
+    nothing is left beside the user's file)."""
+    try:
+        handle = os.open(path.parent, os.O_RDONLY)
+    except OSError as exc:
+        raise CompactionError(f"{path}: cannot read the settings directory: {exc}") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
+
+
+def _writable(path: Path) -> bool:
+    mode = path.stat().st_mode
+    return bool(mode & stat.S_IWUSR) and os.access(path, os.W_OK)
+
+
+def _write(path: Path, data: dict[str, Any], text: str | None) -> None:
+    """Replace the file at `path` atomically (a temporary in its directory, renamed over it),
+    keeping its mode and owner and, the first time, a backup of the user's original."""
+    backup = path.with_name(path.name + _BACKUP)
+    body = _dump(data, text).encode("utf-8")
+    with suppress(OSError, ValueError):
+        original = backup.read_bytes()
+        if json.loads(original or b"{}") == data:
+            body = original  # back to the user's own bytes, formatting and all
+    old = path.stat() if text is not None else None
+    if old is not None and not _writable(path):
+        raise CompactionError(f"{path}: the settings file is read-only")
+    if not _writable(path.parent):
+        raise CompactionError(f"{path}: the settings directory is read-only")
+    try:
+        if old is not None and not backup.exists():
+            shutil.copy2(path, backup)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise CompactionError(f"{path}: cannot write the settings file: {exc}") from None
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(body)
+            file.flush()
+            os.fsync(file.fileno())
+        if old is not None:
+            os.chmod(temporary, stat.S_IMODE(old.st_mode))
+            if (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
+                with suppress(OSError):
+                    os.chown(temporary, old.st_uid, old.st_gid)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with suppress(OSError):
+            os.unlink(temporary)
+        raise CompactionError(f"{path}: cannot write the settings file: {exc}") from None
 
 
 def _ours(entry: Any) -> bool:
-    return isinstance(entry, dict) and _MARK in str(entry.get("command", ""))
+    """Whether `entry` is one `command` wrote (a user's own hook that calls ours is not)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+        return False
+    try:
+        words = shlex.split(entry["command"])
+    except ValueError:
+        return False
+    if words[1:4] != ["-m", *_MARK.split()] or len(words) < 5:
+        return False
+    options = words[5:]
+    return words[4] in ("claude-code", "codex") and all(
+        option in ("--policy", "--otlp-endpoint") for option in options[::2]
+    )
 
 
 def install(cli: str, path: Path, options: Options | None = None) -> list[str]:
     """Add the hooks of `cli` to the settings file at `path`; return the events added (an
     entry of ours already there is updated to `options`)."""
-    data = _read(path)
+    target = _target(path)
+    if not target.exists():
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CompactionError(f"{path}: cannot write the settings file: {exc}") from None
+    with _locked(target):
+        return _install(cli, target, options)
+
+
+def _install(cli: str, path: Path, options: Options | None) -> list[str]:
+    data, text = _read(path)
     hooks: dict[str, Any] = data.setdefault("hooks", {})
     added: list[str] = []
     for event, matcher in EVENTS:
@@ -111,16 +255,22 @@ def install(cli: str, path: Path, options: Options | None = None) -> list[str]:
         groups.append({"matcher": matcher, "hooks": [{"type": "command", "command": wanted}]})
         added.append(event)
     if added:
-        _write(path, data)
+        _write(path, data, text)
     return added
 
 
 def uninstall(path: Path) -> list[str]:
     """Remove the entries `install` added from the settings file at `path`; return the events
     they were removed from."""
-    if not path.exists():
+    target = _target(path)
+    if not target.exists():
         return []
-    data = _read(path)
+    with _locked(target):
+        return _uninstall(target)
+
+
+def _uninstall(path: Path) -> list[str]:
+    data, text = _read(path)
     hooks: dict[str, Any] = data.get("hooks", {})
     removed: list[str] = []
     for event in list(hooks):
@@ -141,6 +291,8 @@ def uninstall(path: Path) -> list[str]:
             hooks[event] = kept
         else:
             del hooks[event]
+    if removed and not hooks:
+        del data["hooks"]  # install added it
     if removed:
-        _write(path, data)
+        _write(path, data, text)
     return list(dict.fromkeys(removed))
