@@ -15,7 +15,7 @@ import yaml
 
 from otel_compaction.analysis import Analysis
 from otel_compaction.archive import Archive, ArchivedSpan
-from otel_compaction.cli import EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED, printable
+from otel_compaction.cli import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, EXIT_REFUSED, printable
 from otel_compaction.errors import CompactionError, CompactionRefused
 from otel_compaction.gate import CompactionGate, Decision, finding_dict
 from otel_compaction.inputs import load_messages
@@ -55,6 +55,7 @@ def _audit(args: argparse.Namespace, out: TextIO) -> int:
     files = list(find_session_files(roots))
     progress = len(files) > 1 and sys.stderr.isatty()
     audits = []
+    bad = 0
     for number, path in enumerate(files, start=1):
         if progress:
             print(
@@ -64,13 +65,17 @@ def _audit(args: argparse.Namespace, out: TextIO) -> int:
                 flush=True,
             )
         try:
-            session = read_session(path)
-        except CompactionError as exc:
-            if len(files) == 1:
+            audits.append(audit_session(read_session(path), policy))
+        except (CompactionError, RecursionError, TypeError, ValueError, KeyError) as exc:
+            # One bad file neither stops the others nor hides: it is named with its reason,
+            # and the exit status says so once every file has been audited.
+            if len(files) == 1 and isinstance(exc, CompactionError):
                 raise
-            print(f"otel-compaction: skipped {printable(str(exc))}", file=sys.stderr)
-            continue
-        audits.append(audit_session(session, policy))
+            reason = str(exc) if isinstance(exc, CompactionError) else repr(exc)
+            if str(path) not in reason:
+                reason = f"{path}: {reason}"
+            print(f"otel-compaction: skipped {printable(reason)}", file=sys.stderr)
+            bad += 1
     if progress:
         print(file=sys.stderr)
     if args.format == "json":
@@ -79,7 +84,10 @@ def _audit(args: argparse.Namespace, out: TextIO) -> int:
         for audited in audits:
             write_text(out, audited)
         found = sum(len(a.compactions) for a in audits)
-        out.write(f"{len(audits)} session log(s), {found} compaction(s)\n")
+        skipped = f", {bad} unreadable" if bad else ""
+        out.write(f"{len(audits)} session log(s), {found} compaction(s){skipped}\n")
+    if bad:
+        return EXIT_INPUT
     return EXIT_OK if all(a.clean for a in audits) else EXIT_FINDINGS
 
 

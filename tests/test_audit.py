@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -274,3 +275,25 @@ def is_results(record: dict[str, Any]) -> bool:
         and isinstance(content, list)
         and content[0]["type"] == "tool_result"
     )
+
+
+def test_directory_audit_goes_past_a_bad_file(tmp_path: Path) -> None:
+    """One file with an integer tool id is named with its reason; the others are still audited
+    and the exit status says so at the end."""
+    import subprocess
+    import sys
+
+    good = Path(__file__).parent / "data" / "sessions" / "claude_code_compacted.jsonl"
+    (tmp_path / "a.jsonl").write_text(good.read_text())
+    (tmp_path / "b.jsonl").write_text(
+        re.sub(r'"id":"toolu_\w+"', '"id":12345', good.read_text(), count=1)
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "otel_compaction", "audit", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 2
+    assert "1 session log(s)" in run.stdout and "1 unreadable" in run.stdout
+    assert "b.jsonl" in run.stderr and "int" in run.stderr and "Traceback" not in run.stderr
