@@ -26,7 +26,7 @@ __all__ = ["BUILTIN_POLICIES", "RULE_NAMES", "Policy", "Severity", "builtin_poli
 
 
 _SCANS: Final = (
-    "null_regex", "error_regex", "negative_regex", "rejection_regex", "commitment_regex",
+    "null_regex", "error_regex", "rejection_regex", "commitment_regex",
     "commitment_conditional_regex", "background_id_regex", "background_done_regex",
     "transaction_begin_regex", "transaction_end_regex", "identifier_regex",
 )  # fmt: skip
@@ -246,17 +246,6 @@ class Policy(_Model):
     def error_regex(self) -> Scan | None:
         """Failed-result patterns as one regex."""
         return compile_patterns(self.patterns.retry.error)
-
-    @cached_property
-    def negative_regex(self) -> Scan | None:
-        """Rejection, negative-result and failure shapes together, as one regex."""
-        return compile_patterns(
-            [
-                *self.patterns.rejection.patterns,
-                *self.patterns.null_result.patterns,
-                *self.patterns.retry.error,
-            ]
-        )
 
     @cached_property
     def rejection_regex(self) -> Scan | None:
