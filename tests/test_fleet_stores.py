@@ -27,7 +27,7 @@ from workers import run_in_threads
 from otel_compaction import configure
 from otel_compaction.archive import Archive
 from otel_compaction.compactor import GuardedCompactor
-from otel_compaction.errors import ArchiveError, OpenObligationError
+from otel_compaction.errors import ArchiveError, LedgerUnavailableError, OpenObligationError
 from otel_compaction.gate import CompactionGate
 from otel_compaction.ledger import Obligation, ObligationLedger, default_ledger
 from otel_compaction.stores import StoreError, redact, worker_identity
@@ -587,7 +587,7 @@ def test_a_database_outage_never_breaks_the_host_agent(
         assert any("PostgreSQL failed" in r.getMessage() for r in caplog.records)
         assert any("heartbeat failed (will retry)" in r.getMessage() for r in caplog.records)
         gate = CompactionGate("default", ledger=ledger)
-        with pytest.raises(StoreError, match="PostgreSQL failed while reading a conversation"):
+        with pytest.raises(LedgerUnavailableError, match="PostgreSQL failed while"):
             gate.evaluate([{"role": "user", "content": "hi"}], 0, 1, conversation_id="conv")
         ledger.close()  # closing during an outage is logged, not raised
     finally:
