@@ -245,11 +245,28 @@ class _Printable:
         return getattr(self._stream, name)
 
 
+def _is_hook_run(arguments: Sequence[str]) -> bool:
+    """``hook claude-code ...`` or ``hook codex ...``, not asking for help."""
+    return (
+        len(arguments) >= 2
+        and arguments[0] == "hook"
+        and arguments[1] in ("claude-code", "codex")
+        and not {"-h", "--help"} & set(arguments[2:])
+    )
+
+
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Run the command line; return the exit status."""
     out = cast("TextIO", _Printable(stdout or sys.stdout))
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if _is_hook_run(arguments):
+        # A hook run reads its own options leniently: a usage error's exit 2 would block the
+        # compaction (Claude Code reads exit 2 so), and no option of another version may.
+        from otel_compaction.hooks.run import main as run_hook
+
+        return run_hook(arguments[1], arguments[2:])
     try:
-        args = _parser().parse_args(argv)
+        args = _parser().parse_args(arguments)
     except SystemExit as exc:  # argparse has printed its message
         return int(exc.code or 0)
     try:
