@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO, cast
 
 from otel_compaction._version import __version__
-from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH
 from otel_compaction.errors import CompactionError
-from otel_compaction.rules.registry import BUILTIN_POLICIES
 
 __all__ = ["main"]
 
@@ -74,6 +72,9 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    # Imported here, as the help needs them: a hook run never builds this parser.
+    from otel_compaction.rules.registry import BUILTIN_POLICIES
+
     parser = _ArgumentParser(
         prog="otel-compaction",
         description="Guard agent transcript compaction against severing tool calls "
@@ -202,6 +203,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_archive(commands: Any) -> None:
     """The ``archive`` command and its actions."""
+    from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH
+
     archive = commands.add_parser("archive", help="read spans archived by reversible compaction")
     stored = archive.add_subparsers(dest="action", metavar="ACTION", required=True)
     db_help = f"archive database (default: ${ARCHIVE_ENV}, else ./{DEFAULT_ARCHIVE_PATH})"
