@@ -144,6 +144,9 @@ def nested(depth: int) -> str:
 
 # -- the hook's JSON ---------------------------------------------------------------------------
 
+STRICT_UTF8 = {"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8:strict"}
+"""A UTF-8 locale whose standard streams refuse what is not UTF-8."""
+
 MALFORMED = {
     "empty": b"",
     "whitespace": b"  \n\t ",
@@ -169,7 +172,7 @@ MALFORMED = {
 @pytest.mark.parametrize("cli", ["claude-code", "codex"])
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_a_malformed_payload_is_one_line(cli: str, case: str, tmp_path: Path) -> None:
-    answer = hook(cli, tmp_path, MALFORMED[case], env={"LC_ALL": "C.UTF-8"})
+    answer = hook(cli, tmp_path, MALFORMED[case], env=STRICT_UTF8)
     assert_fails_open(answer, cli, naming="hook input")
 
 
@@ -203,7 +206,7 @@ def test_a_payload_with_odd_fields_never_blocks(cli: str, case: str, tmp_path: P
 def test_a_lone_surrogate_in_the_summary_is_answered(tmp_path: Path) -> None:
     """A summary naming an identifier with a lone surrogate escape: the repair it leads to is
     still written as valid output, under a strict UTF-8 locale."""
-    strict = {"LC_ALL": "C.UTF-8"}
+    strict = STRICT_UTF8
     pre = hook("claude-code", tmp_path, payload("PreCompact"), env=strict)
     assert_answers(pre, "claude-code")
     post = payload("PostCompact", compact_summary="lost it all \ud800")
