@@ -16,6 +16,7 @@ answer, the full matrix of events by fault) carry the ``faults`` marker, which C
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from otlp_receiver import OtlpReceiver
 from session_builders import ClaudeSession
 
 from otel_compaction.errors import TranscriptError
@@ -482,6 +484,28 @@ def test_dropped_exports_are_counted(tmp_path: Path, blackhole: str) -> None:
     for _ in range(2):
         assert_answers(hook("claude-code", tmp_path, stdin, "--otlp-endpoint", blackhole), "x")
     assert dropped_exports(tmp_path / "claude") == 2
+
+
+def test_the_drop_count_reaches_the_endpoint_once_it_answers(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    otlp_http_receiver: OtlpReceiver,
+) -> None:
+    """Runs that dropped their telemetry are reported by the next one that gets through."""
+    from otel_compaction.cli import main
+
+    counter = tmp_path / "claude" / "otel-compaction" / "exports-dropped"
+    counter.parent.mkdir(parents=True)
+    counter.write_text("3\n")
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    stdin = payload("PostCompact", compact_summary="done")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    assert main(["hook", "claude-code", "--otlp-endpoint", otlp_http_receiver.endpoint_http]) == 0
+    metric = otlp_http_receiver.wait_for_metric("compaction.hook.exports.dropped")
+    assert metric.number_point().value == 3
 
 
 # -- the environment ---------------------------------------------------------------------------
