@@ -85,7 +85,6 @@ def hook(
         if not key.startswith("OTEL_") and key not in ("LC_ALL", "LANG", "PYTHONIOENCODING")
     }
     environ |= {"CLAUDE_CONFIG_DIR": str(home / "claude"), "CODEX_HOME": str(home / "codex")}
-    environ |= {"OTEL_SDK_DISABLED": "false"}
     environ |= dict(env or {})
     argv = [sys.executable, "-m", "otel_compaction", "hook", cli, *args]
     run: dict[str, Any] = {"capture_output": True, "env": environ, "timeout": HARNESS_TIMEOUT_S}
