@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO, cast
 
 from otel_compaction._version import __version__
-from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH
 from otel_compaction.errors import CompactionError
-from otel_compaction.rules.registry import BUILTIN_POLICIES
 
 __all__ = ["main"]
 
@@ -74,6 +72,9 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    # Imported here, as the help needs them: a hook run never builds this parser.
+    from otel_compaction.rules.registry import BUILTIN_POLICIES
+
     parser = _ArgumentParser(
         prog="otel-compaction",
         description="Guard agent transcript compaction against severing tool calls "
@@ -202,6 +203,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_archive(commands: Any) -> None:
     """The ``archive`` command and its actions."""
+    from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH
+
     archive = commands.add_parser("archive", help="read spans archived by reversible compaction")
     stored = archive.add_subparsers(dest="action", metavar="ACTION", required=True)
     db_help = f"archive database (default: ${ARCHIVE_ENV}, else ./{DEFAULT_ARCHIVE_PATH})"
@@ -245,11 +248,28 @@ class _Printable:
         return getattr(self._stream, name)
 
 
+def _is_hook_run(arguments: Sequence[str]) -> bool:
+    """``hook claude-code ...`` or ``hook codex ...``, not asking for help."""
+    return (
+        len(arguments) >= 2
+        and arguments[0] == "hook"
+        and arguments[1] in ("claude-code", "codex")
+        and not {"-h", "--help"} & set(arguments[2:])
+    )
+
+
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Run the command line; return the exit status."""
     out = cast("TextIO", _Printable(stdout or sys.stdout))
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if _is_hook_run(arguments):
+        # A hook run reads its own options leniently: a usage error's exit 2 would block the
+        # compaction (Claude Code reads exit 2 so), and no option of another version may.
+        from otel_compaction.hooks.run import main as run_hook
+
+        return run_hook(arguments[1], arguments[2:])
     try:
-        args = _parser().parse_args(argv)
+        args = _parser().parse_args(arguments)
     except SystemExit as exc:  # argparse has printed its message
         return int(exc.code or 0)
     try:

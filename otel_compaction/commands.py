@@ -86,17 +86,7 @@ def _audit(args: argparse.Namespace, out: TextIO) -> int:
 def _hook(args: argparse.Namespace, out: TextIO) -> int:
     import os
 
-    if args.action in ("claude-code", "codex"):
-        from otel_compaction.hooks.run import main as run_hook_main
-
-        environ = dict(os.environ)
-        if args.policy:
-            environ["OTEL_COMPACTION_POLICY"] = args.policy
-        if args.otlp_endpoint:  # the SDK reads its exporter settings from the process
-            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = (
-                args.otlp_endpoint
-            )
-        return run_hook_main(args.action, environ)
+    # A hook run (``hook claude-code|codex``) never gets here: `cli.main` hands it over first.
     from otel_compaction.hooks import install as installer
 
     path = installer.settings_path(args.cli, args.scope, os.environ, Path.cwd())

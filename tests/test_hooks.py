@@ -308,9 +308,9 @@ def test_the_hook_process_runs_with_the_collector_paused(
     seen: list[bool] = []
     environ_of = environ(tmp_path)
 
-    def hook(cli: str, stdin: str, environ: object = None) -> HookResult:
+    def hook(cli: str, stdin: str, environ: object = None, **options: Any) -> HookResult:
         seen.append(gc.isenabled())
-        return run_hook(cli, stdin, environ_of)
+        return run_hook(cli, stdin, environ_of, **options)
 
     monkeypatch.setattr(run, "run_hook", hook)
     monkeypatch.setattr("sys.stdin", io.StringIO(payload(busy_session(tmp_path), "PreCompact")))
