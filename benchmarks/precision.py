@@ -365,6 +365,22 @@ def _call_of_result(t: Transcript, call_id: str, message_index: int) -> ToolCall
     return None
 
 
+def _launch_of(t: Transcript, o: Tracked) -> ToolCall | None:
+    """The call that started background task `o`: a call of its tool answered in the message
+    where the task opens, whose result names the task's handle (its name is the tool's)."""
+    return next(
+        (
+            c
+            for c in t.calls
+            if c.name == o.name
+            and c.result is not None
+            and t.results[c.result].message_index == o.opened
+            and o.id in t.results[c.result].text
+        ),
+        None,
+    )
+
+
 def _call_at(t: Transcript, call_id: str, message_index: int) -> ToolCall | None:
     """The call carrying `call_id` made in message `message_index`."""
     entry = t.entries[message_index]
@@ -379,7 +395,7 @@ def tracked_key(t: Transcript, o: Tracked) -> tuple[str, Key] | None:
     if o.kind == "commitment":
         return "commitment", ("message", o.opened, o.name)
     if o.kind == "background_task":
-        call = next((c for c in t.calls if c.id == o.name), None)
+        call = _launch_of(t, o)
         return ("background", ("call", call.ordinal)) if call else None
     if o.kind == "tool_call" and o.call >= 0:
         return "open_call", ("call", o.call)
