@@ -64,7 +64,8 @@ KIND_RULES: dict[str, tuple[str, ...]] = {
 #     a failed retry of the same call inside an open chain is held by that chain;
 #   negative: the result is among the analysis's negatives;
 #   reference: the identifier is among the must-carry identifiers of the span head..cut;
-#   open_call, approval: the call is still open at the end of the conversation;
+#   open_call, approval: the call is still open at the end of the conversation (for
+#     open_call, also one discharged as abandoned: it has no result either);
 #   interim: the call is still open just after its first result;
 #   orphan: the result answers no earlier unanswered call.
 _OBLIGATION_KINDS = ("retry", "commitment", "background")
@@ -447,6 +448,11 @@ def detections(conv: Conversation) -> dict[str, dict[Key, str]]:
             out["negative"][("call", call.ordinal)] = f"{n.outcome}: {_short(n.text)}"
     obligation_rules = {name for name, rule in RULES.items() if rule.kind == "obligation"}
     for o in a.obligations:
+        if o.rule == "open_tool_call" and o.status == "abandoned":
+            # No result at the end, and none will come: discharged where it arose (the
+            # `abandoned_call` rule carries it), yet the call is unanswered all the same.
+            out["open_call"][("call", o.call)] = f"{o.name} unanswered, discharged abandoned"
+            continue
         if o.resolved is not None or o.rule not in obligation_rules:
             continue
         if o.kind == "approval":

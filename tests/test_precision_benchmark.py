@@ -177,3 +177,22 @@ def test_a_background_task_is_keyed_by_the_call_that_launched_it() -> None:
     t = Transcript.parse(messages)
     (task,) = Analysis.build(t, Policy.load("default").compile()).facts["open_background_task"]
     assert precision.tracked_key(t, task) == ("background", ("call", 0))
+
+
+def test_a_call_discharged_abandoned_counts_as_open_at_the_end() -> None:
+    # The user stopped the run; the next run's call was answered: the first call never will be.
+    from otel_compaction.analysis import Analysis
+    from otel_compaction.transcript import Transcript
+
+    messages = [
+        {"role": "user", "content": "Export the invoices."},
+        _call("e1", "export_invoices", {"month": "2025-09"}),
+        {"role": "user", "content": "Stop. How many are unpaid?"},
+        _call("c1", "count_invoices", {"status": "unpaid"}),
+        {"role": "tool", "tool_call_id": "c1", "content": '{"count": 7}'},
+    ]
+    t = Transcript.parse(messages)
+    conversation = precision.Conversation(
+        "ended", t, Analysis.build(t, Policy.load("default").compile())
+    )
+    assert list(precision.detections(conversation)["open_call"]) == [("call", 0)]
