@@ -111,14 +111,33 @@ def test_a_transient_failure_a_retry_got_past_is_no_negative() -> None:
     assert analysis.negatives == []
 
 
-def test_a_sandbox_failure_retried_with_escalation_is_no_negative() -> None:
+def test_a_sandbox_failure_retried_the_same_way_is_no_negative() -> None:
+    command = {"command": "Get-Content a.md", "workdir": "C:\\r"}
+    analysis = _analysis(
+        ("shell_command", command, "execution error: Io(sandbox: runner error)", False),
+        ("shell_command", {**command, "justification": "again"},
+         "Exit code: 0\nWall time: 1 seconds\nOutput:\nhi", False),
+    )  # fmt: skip
+    assert analysis.negatives == []
+
+
+def test_a_sandbox_failure_retried_with_escalation_stands() -> None:
+    # The escalated retry is another way to run it: the failure is why later commands escalate.
     command = {"command": "Get-Content a.md", "workdir": "C:\\r"}
     analysis = _analysis(
         ("shell_command", command, "execution error: Io(sandbox: runner error)", False),
         ("shell_command", {**command, "sandbox_permissions": "require_escalated",
          "justification": "read it"}, "Exit code: 0\nWall time: 1 seconds\nOutput:\nhi", False),
     )  # fmt: skip
-    assert analysis.negatives == []
+    assert [(n.message_index, n.outcome) for n in analysis.negatives] == [(2, "failure")]
+
+
+def test_a_timeout_retried_with_a_longer_timeout_stands() -> None:
+    analysis = _analysis(
+        ("Bash", {"command": "npm ci", "timeout": 60000}, "Command timed out after 1m", True),
+        ("Bash", {"command": "npm ci", "timeout": 600000}, "added 312 packages", False),
+    )
+    assert [n.message_index for n in analysis.negatives] == [2]
 
 
 def test_a_test_failure_fixed_later_is_still_a_negative() -> None:
