@@ -124,16 +124,16 @@ def test_exact_counts_per_kind(tmp_path: Path) -> None:
 
 
 def test_unlabelled_detections_are_counted_not_scored(tmp_path: Path) -> None:
-    # Only the success is labelled: the two negatives the rule finds (the declined booking,
-    # whose repeat keeps only the latest, and the empty search) are counted as unlabelled,
-    # score nothing, and are listed.
+    # Only the success is labelled: the three negatives (the two declined bookings, the first
+    # held by its repeat, and the empty search) are counted as unlabelled, score nothing, and
+    # are listed.
     labels = _write(tmp_path, ITEMS[7:8])
     loader = precision.Loader(tmp_path, Policy.load("default").compile(), tmp_path / "handmade")
     evaluation = precision.evaluate(precision.load_items([labels]), loader)
     (negative,) = evaluation.rows
-    assert (negative.tp, negative.fp, negative.fn, negative.unlabelled_fired) == (0, 0, 0, 2)
+    assert (negative.tp, negative.fp, negative.fn, negative.unlabelled_fired) == (0, 0, 0, 3)
     listed = precision.listing(evaluation, "all").splitlines()
-    assert [line.split(":")[0] for line in listed] == [f"NEW negative {SOURCE}"] * 2
+    assert [line.split(":")[0] for line in listed] == [f"NEW negative {SOURCE}"] * 3
 
 
 def test_an_unresolvable_anchor_names_the_label_file_and_line(tmp_path: Path) -> None:
@@ -196,3 +196,10 @@ def test_a_call_discharged_abandoned_counts_as_open_at_the_end() -> None:
         "ended", t, Analysis.build(t, Policy.load("default").compile())
     )
     assert list(precision.detections(conversation)["open_call"]) == [("call", 0)]
+
+
+def test_a_negative_repeated_by_the_same_call_is_held_by_its_latest(tmp_path: Path) -> None:
+    # null_result keeps only the second declined booking; the first is held by it.
+    first = _item("negative", {"call_id": "c1", "occurrence": 0}, True, "declined")
+    rows, _ = _evaluate(tmp_path, [first])
+    assert (rows["negative"].tp, rows["negative"].fn) == (1, 0)
