@@ -3,9 +3,10 @@ negative, or its absence reads as "never searched" (seed 2).
 
 A negative says something was not the case: an absence (not found, no matches, an empty
 search result), a failure, or a rejection (see `otel_compaction.outcomes` for how a result is
-judged). A command that succeeded with no output is silent success, and a call cancelled
-before it ran (a parallel sibling errored, the user interrupted) taught nothing about its
-subject: neither is a negative. Tools whose output means nothing (a scratchpad) are ignored.
+judged; a command that stopped at a prompt nobody answered failed). A command that succeeded
+with no output is silent success, and a call cancelled before it ran (a parallel sibling
+errored, the user interrupted) taught nothing about its subject: neither is a negative.
+Tools whose output means nothing (a scratchpad) are ignored.
 
 A later answer to the same call (the same tool, with the same arguments but for the words
 that only describe it: a description, a justification) supersedes a transient failure (a
@@ -23,7 +24,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Final
 
-from otel_compaction.outcomes import RESULT_HEAD, exit_status
+from otel_compaction.outcomes import RESULT_HEAD, exit_status, unanswered_prompt
 from otel_compaction.rules.base import Discharge, Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
@@ -124,6 +125,9 @@ def _excerpt(analysis: Analysis, text: str) -> str:
     flat = " ".join(body.split())
     if not flat and code:
         return f"exit code {code}"
+    prompt = unanswered_prompt(body)
+    if prompt is not None:
+        return f"stopped at a prompt nobody answered: {prompt[:160]}"
     policy = analysis.policy
     for regex in (policy.rejection_regex, policy.null_regex, policy.error_regex):
         match = regex.search(flat) if regex is not None else None
