@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from otel_compaction.outcomes import Outcome
     from otel_compaction.transcript import ToolCall, Transcript
 
-__all__ = ["Completed", "SideEffect", "SideEffectTable", "completed"]
+__all__ = ["Completed", "SideEffect", "SideEffectTable", "completed", "target"]
 
 WRITE_TOOLS: Final = (
     "Write", "Edit", "MultiEdit", "NotebookEdit", "apply_patch", "write_file", "edit_file",
@@ -281,6 +281,17 @@ def completed(
         if effect is not None:
             done.append(Completed(call, effect, _result_line(result.text)))
     return done
+
+
+def target(call: ToolCall) -> str:
+    """What `call` acts on, in one line, as the CLI shows it: the command a shell ran, the
+    path a file tool wrote or read, else its arguments."""
+    arguments = _arguments(call.arguments)
+    command = _command(arguments)
+    if command is not None:
+        return _one_line(command)
+    found = _path(arguments) or ", ".join(_PATCH_FILE.findall(call.arguments))
+    return found or _one_line(call.arguments)
 
 
 def _bare(name: str) -> str:
