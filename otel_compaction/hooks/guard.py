@@ -33,6 +33,7 @@ from otel_compaction.archive import ARCHIVE_ENV, Archive
 from otel_compaction.gate import CompactionGate, Decision
 from otel_compaction.hooks.state import DIR_MODE, SessionState, state_dir
 from otel_compaction.ledger import ObligationKind, ObligationLedger, ResolutionStatus
+from otel_compaction.patterns import sentences
 from otel_compaction.rules import ObligationRef
 from otel_compaction.rules.registry import DISCHARGE
 from otel_compaction.rules.unresolved_reference import owed
@@ -336,7 +337,8 @@ class Guard:
             call = _call_of(transcript, o.kind, o.id, o.opened)
             if call is not None:
                 started.add(call.ordinal)
-            what = target(call) if call is not None else " ".join(" ".join(o.subjects).split())
+            what = target(call) if call is not None else _said(transcript, o.opened, o.name)
+            what = what or " ".join(" ".join(o.subjects).split())
             pending.append(
                 {
                     "kind": o.kind, "id": o.id, "name": o.name, "message_index": o.opened,
@@ -560,6 +562,14 @@ def _readable(stamp: str) -> str:
     clock = rest[:8]
     zone = " UTC" if rest.endswith(("Z", "+00:00")) else ""
     return f"{day} {clock}{zone}" if clock else stamp
+
+
+def _said(transcript: Transcript, index: int, name: str) -> str:
+    """The sentence of message `index` that says `name` (a promise as it was made)."""
+    if not 0 <= index < len(transcript.entries):
+        return ""
+    said = sentences(transcript.entries[index].text)
+    return next((s for s in said if name and name.lower() in s.lower()), said[0] if said else "")
 
 
 def _call_of(transcript: Transcript, kind: str, obligation_id: str, opened: int) -> ToolCall | None:
