@@ -191,6 +191,8 @@ def _parser() -> argparse.ArgumentParser:
         parser_.add_argument(
             "--policy", metavar="NAME|FILE", help="the hooks' policy (default: default)"
         )
+    _add_hook_tools(hooks)
+    for parser_ in [*runs, hooks.choices["resolve"]]:
         parser_.add_argument(
             "--otlp-endpoint",
             metavar="URL",
@@ -199,6 +201,38 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_archive(commands)
     return parser
+
+
+def _add_hook_tools(hooks: Any) -> None:
+    """``hook resolve``, ``hook status`` and ``hook doctor``."""
+    home_help = "the CLI's config directory (default: $CLAUDE_CONFIG_DIR or ~/.claude; "
+    home_help += "$CODEX_HOME or ~/.codex)"
+    resolve = hooks.add_parser(
+        "resolve",
+        help="mark open work of a session done or abandoned, so its compaction can proceed",
+        description="Mark open work that blocked a compaction (the ids its message names) as "
+        "done (it completed) or abandoned (it will not); the next compaction proceeds over "
+        "it, and the repair no longer lists it as pending. Recorded as a "
+        "compaction.obligation.discharged event when an OTLP endpoint is set.",
+    )
+    resolve.add_argument("cli", choices=("claude-code", "codex"))
+    resolve.add_argument("ids", nargs="+", metavar="ID", help="the open work's ids")
+    resolve.add_argument("--session", required=True, metavar="ID", help="the session's id")
+    resolve.add_argument("--home", metavar="DIR", help=home_help)
+    done = resolve.add_mutually_exclusive_group(required=True)
+    done.add_argument("--done", dest="resolution", action="store_const", const="done")
+    done.add_argument("--abandoned", dest="resolution", action="store_const", const="abandoned")
+    for action, what in (
+        ("status", "what is installed where, the state and archive, the latest decisions"),
+        ("doctor", "check the installed hooks, their interpreter, state and archive"),
+    ):
+        tool = hooks.add_parser(action, help=what, description=what[0].upper() + what[1:] + ".")
+        tool.add_argument("cli", nargs="?", choices=("claude-code", "codex"),
+                          help="one CLI (default: both)")  # fmt: skip
+        tool.add_argument("--home", metavar="DIR", help=home_help + "; with one CLI only")
+        if action == "status":
+            tool.add_argument("--session", metavar="ID", help="one session's decisions")
+            tool.add_argument("--format", choices=("text", "json"), default="text")
 
 
 def _add_archive(commands: Any) -> None:

@@ -21,6 +21,7 @@ from otel_compaction.errors import PolicyError
 from otel_compaction.patterns import Scan, check_pattern, compile_patterns
 from otel_compaction.rules.base import Severity
 from otel_compaction.rules.registry import BUILTIN_POLICIES, RULE_NAMES, RULES, severities_of
+from otel_compaction.side_effects import SideEffectTable
 
 __all__ = ["BUILTIN_POLICIES", "RULE_NAMES", "Policy", "Severity", "builtin_policy_dir"]
 
@@ -224,6 +225,7 @@ class Policy(_Model):
     thresholds: Thresholds = Thresholds()
     summaries: SummaryChecks = SummaryChecks()
     hooks: HookModes = HookModes()
+    side_effects: SideEffectTable = SideEffectTable()
 
     @field_validator("archived_relaxes")
     @classmethod

@@ -7,6 +7,7 @@ The two CLIs differ only in where they keep their files and how a hook speaks to
 =============  =======================================  ==========================================
 config home    ``$CLAUDE_CONFIG_DIR`` (``~/.claude``)   ``$CODEX_HOME`` (``~/.codex``)
 block          exit 2, the reason on standard error     ``{"continue": false, "stopReason": ...}``
+               (a manual ``/compact`` only)             (a manual ``/compact`` only)
 summary        PostCompact's ``compact_summary``        the session log's latest compaction
 repair         ``hookSpecificOutput.additionalContext``  the same
 =============  =======================================  ==========================================
@@ -206,7 +207,7 @@ class _Hook:
             self.pending.append(lambda: export.finish(telemetry, home))
             export.count_drops(telemetry, home)
             gate = telemetry.gate(policy)
-        guard = Guard(gate, home)
+        guard = Guard(gate, home, self.cli, self.environ)
         if self.event == "PreCompact":
             return self._pre_compact(guard)
         if self.event == "PostCompact":
@@ -223,15 +224,11 @@ class _Hook:
 
     def _pre_compact(self, guard: Guard) -> HookResult:
         session = self._session()
-        pre = guard.before_compaction(session)
         trigger = _text(self.payload.get("trigger")) or "manual"
-        mode = guard.gate.policy.hooks.mode(trigger)
-        if pre.refused and mode == "block":
+        pre = guard.before_compaction(session, trigger=trigger)
+        if pre.blocked:
             return self._block(pre.reason())
-        warning = ""
-        if pre.refused:
-            warning = pre.reason().replace("compaction refused", f"{trigger} compaction allowed")
-            warning += "\n(the policy only warns on this trigger)\n"
+        warning = pre.reason() if pre.refused else ""
         # Claude Code appends this to the summarizer's prompt; Codex shows it to nobody.
         stdout = pre.instructions() if self.cli == "claude-code" else ""
         return HookResult(0, stdout, warning)
@@ -267,7 +264,7 @@ class _Hook:
     def _block(self, reason: str) -> HookResult:
         if self.cli == "codex":
             return HookResult(0, json.dumps({"continue": False, "stopReason": reason}), "")
-        return HookResult(2, "", reason + "\n")
+        return HookResult(2, "", reason.rstrip("\n") + "\n")
 
 
 def _read_session(path: str) -> Session:
