@@ -211,17 +211,21 @@ def test_install_is_idempotent_keeps_other_hooks_and_backs_up(tmp_path: Path) ->
         "PreCompact",
         "PostCompact",
         "SessionStart",
+        "PreToolUse",
     ]
     assert installer.install("claude-code", settings) == []
     data = json.loads(settings.read_text())
     assert data["model"] == "x"
-    assert data["hooks"]["PreToolUse"] == [theirs]
+    assert data["hooks"]["PreToolUse"][0] == theirs
+    [ours] = data["hooks"]["PreToolUse"][1]["hooks"]
+    assert ours["command"].endswith("-m otel_compaction hook claude-code")
     assert [g["matcher"] for g in data["hooks"]["SessionStart"]] == ["compact"]
     [entry] = data["hooks"]["PreCompact"][0]["hooks"]
     assert entry["command"].endswith("-m otel_compaction hook claude-code")
     backup = tmp_path / "settings.json.otel-compaction.bak"
     assert "PreCompact" not in json.loads(backup.read_text())["hooks"]
-    assert installer.uninstall(settings) == ["PreCompact", "PostCompact", "SessionStart"]
+    removed = installer.uninstall(settings)
+    assert removed == ["PreToolUse", "PreCompact", "PostCompact", "SessionStart"]
     assert json.loads(settings.read_text()) == {"model": "x", "hooks": {"PreToolUse": [theirs]}}
 
 
@@ -235,6 +239,7 @@ def test_install_carries_the_policy_and_endpoint_on_the_command_line(tmp_path: P
         "PreCompact",
         "PostCompact",
         "SessionStart",
+        "PreToolUse",
     ]
     commands = {
         entry["command"]
@@ -248,9 +253,14 @@ def test_install_carries_the_policy_and_endpoint_on_the_command_line(tmp_path: P
         "--otlp-endpoint http://127.0.0.1:4318"
     )
     # Installing again with other options updates the entries in place, adding none.
-    assert installer.install("codex", settings) == ["PreCompact", "PostCompact", "SessionStart"]
+    assert installer.install("codex", settings) == [
+        "PreCompact",
+        "PostCompact",
+        "SessionStart",
+        "PreToolUse",
+    ]
     data = json.loads(settings.read_text())
-    assert [len(groups) for groups in data["hooks"].values()] == [1, 1, 1]
+    assert [len(groups) for groups in data["hooks"].values()] == [1, 1, 1, 1]
     assert data["hooks"]["PreCompact"][0]["hooks"][0]["command"].endswith("hook codex")
 
 

@@ -24,8 +24,11 @@ from otel_compaction.hooks.run import home_of
 
 __all__ = ["EVENTS", "Options", "command", "install", "settings_path", "uninstall"]
 
-EVENTS: Final = (("PreCompact", ""), ("PostCompact", ""), ("SessionStart", "compact"))
-"""The events hooked, each with its matcher (SessionStart only after a compaction)."""
+EVENTS: Final = (
+    ("PreCompact", ""), ("PostCompact", ""), ("SessionStart", "compact"), ("PreToolUse", ""),
+)  # fmt: skip
+"""The events hooked, each with its matcher (SessionStart only after a compaction; PreToolUse
+for every tool: the policy says which calls have side effects)."""
 _MARK: Final = "otel_compaction hook "
 
 

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from otel_compaction.gate import CompactionGate
 from otel_compaction.hooks.guard import Guard
+from otel_compaction.hooks.reissue_guard import check_call, record_compaction
 from otel_compaction.policy import Policy
 from otel_compaction.sessions import Session, read_session
 
@@ -89,6 +90,8 @@ class _Hook:
         try:
             if self.event == "PreCompact":
                 return self._pre_compact(guard)
+            if self.event == "PreToolUse":
+                return self._pre_tool_use(guard)
             if self.event == "PostCompact":
                 return self._post_compact(guard)
             if self.event == "SessionStart" and self.payload.get("source") == "compact":
@@ -109,6 +112,7 @@ class _Hook:
         pre = guard.before_compaction(session)
         trigger = _text(self.payload.get("trigger")) or "manual"
         mode = guard.gate.policy.hooks.mode(trigger)
+        record_compaction(guard, session, proceeds=not (pre.refused and mode == "block"))
         if pre.refused and mode == "block":
             return self._block(pre.reason())
         warning = ""
@@ -118,6 +122,20 @@ class _Hook:
         # Claude Code appends this to the summarizer's prompt; Codex shows it to nobody.
         stdout = pre.instructions() if self.cli == "claude-code" else ""
         return HookResult(0, stdout, warning)
+
+    def _pre_tool_use(self, guard: Guard) -> HookResult:
+        stopped = check_call(guard, self.payload)
+        if stopped is None:
+            return HookResult()
+        _, why = stopped
+        # Codex 0.171.0 accepts only "deny" from a PreToolUse hook; Claude Code asks the user.
+        ask = guard.gate.policy.hooks.reissue == "ask" and self.cli == "claude-code"
+        decision = {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "ask" if ask else "deny",
+            "permissionDecisionReason": why,
+        }
+        return HookResult(0, json.dumps({"hookSpecificOutput": decision}, ensure_ascii=False))
 
     def _post_compact(self, guard: Guard) -> HookResult:
         summary = _text(self.payload.get("compact_summary"))
