@@ -28,17 +28,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from otel_compaction.side_effects import SideEffect, SideEffectTable, result_line
+from otel_compaction.transcript import ToolCall
 
 if TYPE_CHECKING:
     from otel_compaction.outcomes import Outcome
-    from otel_compaction.transcript import ToolCall, Transcript
+    from otel_compaction.transcript import Transcript
 
-__all__ = ["SideEffectRecord", "fingerprint", "records_of", "reissues", "repeat_of"]
+__all__ = [
+    "SideEffectLog",
+    "SideEffectRecord",
+    "fingerprint",
+    "records_of",
+    "reissues",
+    "repeat_of",
+]
 
 _SUCCEEDED: Final = ("success", "silent")
 # Arguments that describe or schedule a call without changing what it does.
@@ -210,6 +221,64 @@ def reissues(
         if original is not None:
             found.append((call, original))
     return found
+
+
+class SideEffectLog:
+    """The side-effect ledger of one process, per conversation, as the recorder keeps it: each
+    completed call with side effects (`completed`), taken out of context when a compaction
+    removes it (`compacted`), and the record a new call repeats (`repeat`). Thread-safe and
+    bounded: `max_conversations` conversations (the least recently touched go first), each
+    keeping its `max_records` newest records."""
+
+    def __init__(
+        self,
+        table: SideEffectTable | None = None,
+        *,
+        max_conversations: int = 1_000,
+        max_records: int = 1_000,
+    ) -> None:
+        self.table = table if table is not None else SideEffectTable()
+        self._max_conversations = max_conversations
+        self._max_records = max_records
+        self._records: OrderedDict[str, list[SideEffectRecord]] = OrderedDict()
+        self._sequence = 0
+        self._lock = threading.Lock()
+
+    def completed(self, conversation_id: str, call: ToolCall, outcome: str, result: str) -> None:
+        """`call` completed with `outcome` (``success`` or ``failure``) and `result` (one
+        line); kept when it has side effects."""
+        described = fingerprint(call, self.table)
+        if described is None:
+            return
+        effect, print_, scope = described
+        with self._lock:
+            self._sequence += 1
+            record = SideEffectRecord(
+                conversation_id, self._sequence, call.id, print_, scope, effect.kind,
+                call.name, effect.target, outcome, result_line(result), time.time(), True,
+            )  # fmt: skip
+            records = self._records.setdefault(conversation_id, [])
+            self._records.move_to_end(conversation_id)
+            records.append(record)
+            del records[: -self._max_records]
+            while len(self._records) > self._max_conversations:
+                self._records.popitem(last=False)
+
+    def compacted(self, conversation_id: str, call_ids: Iterable[str]) -> None:
+        """A compaction removed the calls `call_ids` (their results with them) from context."""
+        gone = set(call_ids)
+        with self._lock:
+            records = self._records.get(conversation_id)
+            if records:
+                records[:] = [
+                    replace(r, in_context=False) if r.call_id in gone else r for r in records
+                ]
+
+    def repeat(self, conversation_id: str, call: ToolCall) -> SideEffectRecord | None:
+        """The compacted-away side effect `call` re-issues, or None (see `repeat_of`)."""
+        with self._lock:
+            records = list(self._records.get(conversation_id, ()))
+        return repeat_of(records, call, self.table) if records else None
 
 
 def _arguments(text: str) -> Any:

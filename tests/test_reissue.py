@@ -125,3 +125,50 @@ def test_the_ledger_lives_in_the_archive(tmp_path: Path) -> None:
     assert not stored.in_context and asked.asked and not stored.asked
     again = ToolCall("c9", "Bash", 0, json.dumps(PUSH[1]), 0)
     assert repeat_of([stored], again, POLICY.side_effects) == stored
+
+
+def test_the_recorder_reports_a_reissue_after_a_compaction() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_compaction.recorder import ToolCallRecorder
+    from otel_compaction.telemetry.metrics import CompactionMetrics
+
+    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(spans))
+    recorder = ToolCallRecorder(
+        tracer_provider=tracing, metrics=CompactionMetrics(MeterProvider([reader]))
+    )
+    push = {"command": "git push origin main"}
+    recorder.call("Bash", "p1", arguments=push, conversation_id="s").result("main -> main")
+    recorder.call("Read", "r1", arguments={"file_path": "a.py"}, conversation_id="s").result("x")
+    recorder.call("Bash", "p2", arguments=push, conversation_id="s").result("up to date")
+    recorder.compacted("s", ["p1", "p2", "r1"])
+    recorder.call("Read", "r2", arguments={"file_path": "a.py"}, conversation_id="s").result("x")
+    recorder.call("Bash", "p3", arguments=push, conversation_id="s").result("up to date")
+    events = [
+        (s.attributes["gen_ai.tool.call.id"], dict(e.attributes or {}))
+        for s in spans.get_finished_spans()
+        if s.attributes
+        for e in s.events
+        if e.name == "compaction.reissue"
+    ]
+    # p2 repeated p1 in context (no re-issue); after the compaction p3 repeats p2; r2 reads.
+    assert [(call, event["compaction.reissue.of"]) for call, event in events] == [("p3", "p2")]
+    data = reader.get_metrics_data()
+    assert data is not None
+    points: list[Any] = [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "compaction.tool_calls.reissued"
+        for p in m.data.data_points
+    ]
+    assert [(p.value, dict(p.attributes)) for p in points] == [
+        (1, {"gen_ai.tool.name": "Bash", "compaction.reissue.kind": "vcs"})
+    ]
