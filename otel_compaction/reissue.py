@@ -18,10 +18,12 @@ record that
   file restores it).
 
 Two calls have the same fingerprint when they run the same tool (namespace aside) with the
-same arguments, leaving out what does not change the effect: a shell's description and timeout,
-and the stages of a command line that only read (``cd repo && git status && git push`` is
-``cd repo && git push``). The audit (`otel_compaction.audit`), the CLI hooks and the recorder
-judge re-issues by this one function.
+same arguments, leaving out what does not change the effect: a description or a timeout; a
+shell call is its command line (whichever shell tool runs it), without the stages that only
+read (``cd repo && git status && git push`` is ``cd repo && git push``). A shell tool's
+working-directory argument is not part of it (the hooks are not handed it); a ``cd`` stage
+is. The audit (`otel_compaction.audit`), the CLI hooks and the recorder judge re-issues by
+this one function.
 """
 
 from __future__ import annotations
@@ -109,9 +111,12 @@ def fingerprint(call: ToolCall, table: SideEffectTable) -> tuple[SideEffect, str
             command = normalized.get(key)
             if isinstance(command, list) and all(isinstance(p, str) for p in command):
                 command = _argv_command(command)
-            if isinstance(command, str):
-                normalized[key] = table.effective_command(command)
+            if isinstance(command, str) and effect.kind != "tool":
+                # A shell call is its command, whatever the tool names the argument (Codex
+                # logs exec_command's ``cmd`` and hands its hooks Bash's ``command``).
+                normalized = table.effective_command(command)
                 shell = True
+                break
     if effect.kind == "tool":
         tool, scope = _bare(call.name), f"tool:{_bare(call.name)}"
     else:

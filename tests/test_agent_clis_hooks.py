@@ -241,3 +241,38 @@ def test_claude_code_stops_a_push_reissued_after_a_compaction_not_a_reread(
     stopped = results["toolu_p2"]
     assert "otel-compaction: this repeats Bash `git push origin main` (call toolu_p1)" in stopped
     assert "before the last compaction, with outcome success" in stopped
+
+
+def test_codex_refuses_a_push_reissued_after_a_compaction_not_a_reread(
+    codex: Codex, fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Codex 0.171.0 runs PreToolUse hooks but accepts only ``deny`` from them: under the
+    default ``ask`` the first re-issue is refused with the reason naming the earlier push."""
+    work = tmp_path / "work"
+    _repository(work, tmp_path / "remote.git")
+    read = {"cmd": f"cat {work / 'README.md'}"}
+    push = {"cmd": "git push origin main"}
+    fake_llm_server.enqueue("responses", tool_calls=[ToolCall("exec_command", read, id="call_r1")])
+    fake_llm_server.enqueue("responses", tool_calls=[ToolCall("exec_command", push, id="call_p1")])
+    fake_llm_server.enqueue("responses", "Pushed main.")
+    fake_llm_server.enqueue("responses", "The user asked to publish the shop.")  # the summary
+    fake_llm_server.enqueue("responses", tool_calls=[ToolCall("exec_command", read, id="call_r2")])
+    fake_llm_server.enqueue("responses", tool_calls=[ToolCall("exec_command", push, id="call_p2")])
+    fake_llm_server.enqueue("responses", "Stopped.")
+    with codex.app_server() as server:
+        thread = server.start_thread()
+        assert server.run_turn(thread, "Publish the shop.")["status"] == "completed"
+        assert server.compact(thread)["status"] == "completed"
+        assert server.run_turn(thread, "Is it published?")["status"] == "completed"
+    outputs = {
+        item["call_id"]: json.dumps(item.get("output"))
+        for item in fake_llm_server.requests[-1].json["input"]
+        if item.get("type") == "function_call_output"
+    }
+    assert "# shop" in outputs["call_r2"]  # the re-read ran
+    stopped = outputs["call_p2"]
+    assert (
+        "otel-compaction: this repeats exec_command `git push origin main` (call call_p1)"
+        in stopped
+    )
+    assert "before the last compaction, with outcome success" in stopped
