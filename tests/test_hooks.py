@@ -331,3 +331,57 @@ def test_the_hook_process_runs_with_the_collector_paused(
     finally:
         gc.enable()
     assert seen == [False]
+
+
+def _pushed_then_compacted(tmp_path: Path, *, committed_since: bool = False) -> Path:
+    """A push, the PreCompact hook's run over it, then the compaction and a new turn."""
+    s = ClaudeSession(tmp_path / "pushed.jsonl")
+    s.user("Publish the fix.")
+    s.call("toolu_1", "Bash", command="git push origin main")
+    s.result("toolu_1", "   1a..2b  main -> main")
+    s.say("Pushed.")
+    before = run_hook("claude-code", payload(s.write(), "PreCompact"), environ(tmp_path))
+    assert before.exit_code == 0
+    s.compact("The user asked to publish a fix.")
+    s.user("Is it published?")
+    if committed_since:
+        s.call("toolu_2", "Bash", command="git commit -am 'one more'")
+        s.result("toolu_2", "[main 3c] one more")
+    return s.write()
+
+
+def _pre_tool_use(session: Path, env: dict[str, str], tool: str, **tool_input: Any) -> HookResult:
+    event = payload(session, "PreToolUse", tool_name=tool, tool_input=tool_input)
+    return run_hook("claude-code", event, env)
+
+
+def test_pretooluse_asks_before_a_push_the_compaction_removed_then_lets_it_be(
+    tmp_path: Path,
+) -> None:
+    session = _pushed_then_compacted(tmp_path)
+    env = environ(tmp_path)
+    assert _pre_tool_use(session, env, "Read", file_path="/home/dev/shop/a.py") == HookResult()
+    asked = json.loads(_pre_tool_use(session, env, "Bash", command="git push origin main").stdout)
+    decision = asked["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "ask"
+    assert decision["permissionDecisionReason"].startswith(
+        "otel-compaction: this repeats Bash `git push origin main` (call toolu_1), which already"
+    )
+    assert "with outcome success: 1a..2b main -> main" in decision["permissionDecisionReason"]
+    # Put to the user once: the next one is theirs to make.
+    assert _pre_tool_use(session, env, "Bash", command="git push origin main") == HookResult()
+
+
+def test_pretooluse_denies_by_policy_and_lets_a_push_of_a_new_commit_run(tmp_path: Path) -> None:
+    policy = tmp_path / "deny.yaml"
+    policy.write_text("extends: default\nhooks:\n  reissue: deny\n", encoding="utf-8")
+    env = {**environ(tmp_path), "OTEL_COMPACTION_POLICY": str(policy)}
+    session = _pushed_then_compacted(tmp_path)
+    for _ in range(2):  # denied every time
+        denied = json.loads(
+            _pre_tool_use(session, env, "Bash", command="git push origin main").stdout
+        )
+        assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
+    session = _pushed_then_compacted(tmp_path / "again", committed_since=True)
+    env = {**environ(tmp_path / "again"), "OTEL_COMPACTION_POLICY": str(policy)}
+    assert _pre_tool_use(session, env, "Bash", command="git push origin main") == HookResult()
