@@ -385,3 +385,18 @@ def test_pretooluse_denies_by_policy_and_lets_a_push_of_a_new_commit_run(tmp_pat
     session = _pushed_then_compacted(tmp_path / "again", committed_since=True)
     env = {**environ(tmp_path / "again"), "OTEL_COMPACTION_POLICY": str(policy)}
     assert _pre_tool_use(session, env, "Bash", command="git push origin main") == HookResult()
+
+
+def test_a_ledger_that_cannot_be_written_never_lets_a_refused_compaction_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Archive, "record_side_effects", broken)
+    session = building_session(tmp_path)
+    session.call("toolu_8", "Bash", command="git push origin main")
+    session.result("toolu_8", "main -> main")
+    session.call("toolu_9", "Bash", command="make deploy")  # still waiting for its result
+    event = payload(session.write(), "PreCompact", trigger="manual")
+    assert run_hook("claude-code", event, environ(tmp_path)).exit_code == 2

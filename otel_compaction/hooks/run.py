@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from otel_compaction._internal_errors import internal_errors
 from otel_compaction.gate import CompactionGate
 from otel_compaction.hooks.guard import Guard
 from otel_compaction.hooks.reissue_guard import check_call, record_compaction
@@ -112,7 +113,9 @@ class _Hook:
         pre = guard.before_compaction(session)
         trigger = _text(self.payload.get("trigger")) or "manual"
         mode = guard.gate.policy.hooks.mode(trigger)
-        record_compaction(guard, session, proceeds=not (pre.refused and mode == "block"))
+        # The ledger's failure must not turn a refusal into a compaction: it only logs.
+        with internal_errors("recording the side effects before a compaction"):
+            record_compaction(guard, session, proceeds=not (pre.refused and mode == "block"))
         if pre.refused and mode == "block":
             return self._block(pre.reason())
         warning = ""
