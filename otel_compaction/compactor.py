@@ -326,6 +326,12 @@ class GuardedCompactor:
             else:
                 result = self._apply(original, analysis.transcript, decision, before)
             telemetry_span.record(result)
+        if result.compacted and self.telemetry is not None and result.span is not None:
+            start, end = result.span
+            self.telemetry.recorder.compacted(
+                conversation_id or current_conversation_id(),
+                (c.id for c in analysis.transcript.calls if start <= c.message_index < end),
+            )
         if result.compacted and fingerprint is not None:
             turn.record(fingerprint)
         return result

@@ -189,6 +189,9 @@ class HookModes(_Model):
 
     manual: Literal["block", "warn"] = "block"
     auto: Literal["block", "warn"] = "warn"
+    reissue: Literal["ask", "deny", "off"] = "ask"
+    """What the PreToolUse hook does with a call that repeats a side effect a compaction
+    removed from context: ``ask`` the user, ``deny`` it, or let it run (``off``)."""
 
     def mode(self, trigger: str) -> Literal["block", "warn"]:
         """The mode for `trigger` (an unknown trigger is treated as automatic)."""

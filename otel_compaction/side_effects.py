@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from otel_compaction.outcomes import Outcome
     from otel_compaction.transcript import ToolCall, Transcript
 
-__all__ = ["Completed", "SideEffect", "SideEffectTable", "completed", "target"]
+__all__ = ["Completed", "SideEffect", "SideEffectTable", "completed", "result_line", "target"]
 
 WRITE_TOOLS: Final = (
     "Write", "Edit", "MultiEdit", "NotebookEdit", "apply_patch", "write_file", "edit_file",
@@ -258,6 +258,17 @@ class SideEffectTable(BaseModel):
                 return "file"
         return None
 
+    def effective_command(self, command: str) -> str:
+        """`command` as far as it changes state: its ``cd`` stages and the stages that change
+        something, in order, whitespace collapsed (``cd repo && git status && git push`` is
+        ``cd repo && git push``); the whole command when no stage does."""
+        kept = [
+            " ".join(stage.split())
+            for stage in _stages(command)
+            if stage.startswith("cd ") or self.command_kind(stage) is not None
+        ]
+        return " && ".join(kept) if kept else " ".join(command.split())
+
 
 def completed(
     transcript: Transcript,
@@ -279,7 +290,7 @@ def completed(
         call = transcript.calls[result.call]
         effect = table.classify(call)
         if effect is not None:
-            done.append(Completed(call, effect, _result_line(result.text)))
+            done.append(Completed(call, effect, result_line(result.text)))
     return done
 
 
@@ -358,7 +369,7 @@ _EXIT_HEADER: Final = re.compile(
 )
 
 
-def _result_line(text: str) -> str:
+def result_line(text: str) -> str:
     """A result in one line: its first line that says something (after a shell's headers)."""
     body = _EXIT_HEADER.sub("", text.strip())
     for line in body.splitlines():

@@ -39,6 +39,7 @@ def claude(fake_llm_server: FakeLLMServer, tmp_path: Path) -> ClaudeCode:
         "PreCompact",
         "PostCompact",
         "SessionStart",
+        "PreToolUse",
     ]
     return cli
 
@@ -330,3 +331,88 @@ def test_claude_code_warned_auto_compaction_is_archived_and_recalled(
     assert f"conversation: {first.session_id}" in shown.stdout
     assert "I will verify the deployment of web-7 next." in shown.stdout
     assert shlex.split(recall)[1:4] == ["-m", "otel_compaction", "archive"]
+
+
+def _repository_at(work: Path, remote: Path) -> None:
+    """A git repository in `work` with one commit, and a bare `remote` as its origin."""
+    git = ("git", "-c", "user.name=t", "-c", "user.email=t@example.com")
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+    (work / "README.md").write_text("# shop\n", encoding="utf-8")
+    subprocess.run([*git, "-C", str(work), "add", "README.md"], check=True)
+    subprocess.run([*git, "-C", str(work), "commit", "-q", "-m", "first"], check=True)
+    subprocess.run(["git", "-C", str(work), "remote", "add", "origin", str(remote)], check=True)
+
+
+def test_claude_code_stops_a_push_reissued_after_a_compaction_not_a_reread(
+    claude: ClaudeCode, fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """The push ran before the compaction; after it the model, no longer seeing it, reads the
+    README again (a read: it runs) and pushes again: the PreToolUse hook stops the push,
+    naming the earlier one and its outcome."""
+    work = tmp_path / "work"
+    _repository_at(work, tmp_path / "remote.git")
+    readme = str(work / "README.md")
+    push = {"command": "git push origin main", "description": "Push"}
+    fake_llm_server.enqueue(
+        "messages", tool_calls=[ToolCall("Read", {"file_path": readme}, id="toolu_r1")]
+    )
+    fake_llm_server.enqueue("messages", tool_calls=[ToolCall("Bash", push, id="toolu_p1")])
+    fake_llm_server.enqueue("messages", "Pushed main.")
+    fake_llm_server.enqueue("messages", "<summary>The user asked to publish the shop.</summary>")
+    fake_llm_server.enqueue(
+        "messages", tool_calls=[ToolCall("Read", {"file_path": readme}, id="toolu_r2")]
+    )
+    fake_llm_server.enqueue("messages", tool_calls=[ToolCall("Bash", push, id="toolu_p2")])
+    fake_llm_server.enqueue("messages", "Stopped.")
+
+    first = claude.run("Publish the shop.", extra_args=SMALL)
+    assert claude.compact(first.session_id, extra_args=SMALL).output["is_error"] is False
+    claude.run("Is it published?", resume=first.session_id, extra_args=SMALL)
+
+    results = {
+        block["tool_use_id"]: json.dumps(block.get("content"))
+        for message in fake_llm_server.requests[-1].json["messages"]
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    }
+    assert "# shop" in results["toolu_r2"]  # the re-read ran
+    stopped = results["toolu_p2"]
+    assert "otel-compaction: this repeats Bash `git push origin main` (call toolu_p1)" in stopped
+    assert "before the last compaction, with outcome success" in stopped
+
+
+def test_codex_refuses_a_push_reissued_after_a_compaction_not_a_reread(
+    codex: Codex, fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Codex 0.171.0 runs PreToolUse hooks but accepts only ``deny`` from them: under the
+    default ``ask`` the first re-issue is refused with the reason naming the earlier push."""
+    work = tmp_path / "work"
+    _repository_at(work, tmp_path / "remote.git")
+    read = {"cmd": f"cat {work / 'README.md'}"}
+    push = {"cmd": "git push origin main"}
+    fake_llm_server.enqueue("responses", tool_calls=[ToolCall("exec_command", read, id="call_r1")])
+    fake_llm_server.enqueue("responses", tool_calls=[ToolCall("exec_command", push, id="call_p1")])
+    fake_llm_server.enqueue("responses", "Pushed main.")
+    fake_llm_server.enqueue("responses", "The user asked to publish the shop.")  # the summary
+    fake_llm_server.enqueue("responses", tool_calls=[ToolCall("exec_command", read, id="call_r2")])
+    fake_llm_server.enqueue("responses", tool_calls=[ToolCall("exec_command", push, id="call_p2")])
+    fake_llm_server.enqueue("responses", "Stopped.")
+    with codex.app_server() as server:
+        thread = server.start_thread()
+        assert server.run_turn(thread, "Publish the shop.")["status"] == "completed"
+        assert server.compact(thread)["status"] == "completed"
+        assert server.run_turn(thread, "Is it published?")["status"] == "completed"
+    outputs = {
+        item["call_id"]: json.dumps(item.get("output"))
+        for item in fake_llm_server.requests[-1].json["input"]
+        if item.get("type") == "function_call_output"
+    }
+    assert "# shop" in outputs["call_r2"]  # the re-read ran
+    stopped = outputs["call_p2"]
+    assert (
+        "otel-compaction: this repeats exec_command `git push origin main` (call call_p1)"
+        in stopped
+    )
+    assert "before the last compaction, with outcome success" in stopped

@@ -254,17 +254,21 @@ def test_install_is_idempotent_keeps_other_hooks_and_backs_up(tmp_path: Path) ->
         "PreCompact",
         "PostCompact",
         "SessionStart",
+        "PreToolUse",
     ]
     assert installer.install("claude-code", settings) == []
     data = json.loads(settings.read_text())
     assert data["model"] == "x"
-    assert data["hooks"]["PreToolUse"] == [theirs]
+    assert data["hooks"]["PreToolUse"][0] == theirs
+    [ours] = data["hooks"]["PreToolUse"][1]["hooks"]
+    assert ours["command"].endswith("-m otel_compaction hook claude-code")
     assert [g["matcher"] for g in data["hooks"]["SessionStart"]] == ["compact"]
     [entry] = data["hooks"]["PreCompact"][0]["hooks"]
     assert entry["command"].endswith("-m otel_compaction hook claude-code")
     backup = tmp_path / "settings.json.otel-compaction.bak"
     assert "PreCompact" not in json.loads(backup.read_text())["hooks"]
-    assert installer.uninstall(settings) == ["PreCompact", "PostCompact", "SessionStart"]
+    removed = installer.uninstall(settings)
+    assert removed == ["PreToolUse", "PreCompact", "PostCompact", "SessionStart"]
     assert json.loads(settings.read_text()) == {"model": "x", "hooks": {"PreToolUse": [theirs]}}
 
 
@@ -278,6 +282,7 @@ def test_install_carries_the_policy_and_endpoint_on_the_command_line(tmp_path: P
         "PreCompact",
         "PostCompact",
         "SessionStart",
+        "PreToolUse",
     ]
     commands = {
         entry["command"]
@@ -291,9 +296,14 @@ def test_install_carries_the_policy_and_endpoint_on_the_command_line(tmp_path: P
         "--otlp-endpoint http://127.0.0.1:4318"
     )
     # Installing again with other options updates the entries in place, adding none.
-    assert installer.install("codex", settings) == ["PreCompact", "PostCompact", "SessionStart"]
+    assert installer.install("codex", settings) == [
+        "PreCompact",
+        "PostCompact",
+        "SessionStart",
+        "PreToolUse",
+    ]
     data = json.loads(settings.read_text())
-    assert [len(groups) for groups in data["hooks"].values()] == [1, 1, 1]
+    assert [len(groups) for groups in data["hooks"].values()] == [1, 1, 1, 1]
     assert data["hooks"]["PreCompact"][0]["hooks"][0]["command"].endswith("hook codex")
 
 
@@ -569,3 +579,72 @@ def test_status_and_doctor(
     state.chmod(0o644)
     assert main(["hook", "doctor", "claude-code"]) == 1
     assert "readable by others, run: chmod 600" in capsys.readouterr().out
+
+
+def _pushed_then_compacted(tmp_path: Path, *, committed_since: bool = False) -> Path:
+    """A push, the PreCompact hook's run over it, then the compaction and a new turn."""
+    s = ClaudeSession(tmp_path / "pushed.jsonl")
+    s.user("Publish the fix.")
+    s.call("toolu_1", "Bash", command="git push origin main")
+    s.result("toolu_1", "   1a..2b  main -> main")
+    s.say("Pushed.")
+    before = run_hook("claude-code", payload(s.write(), "PreCompact"), environ(tmp_path))
+    assert before.exit_code == 0
+    s.compact("The user asked to publish a fix.")
+    s.user("Is it published?")
+    if committed_since:
+        s.call("toolu_2", "Bash", command="git commit -am 'one more'")
+        s.result("toolu_2", "[main 3c] one more")
+    return s.write()
+
+
+def _pre_tool_use(session: Path, env: dict[str, str], tool: str, **tool_input: Any) -> HookResult:
+    event = payload(session, "PreToolUse", tool_name=tool, tool_input=tool_input)
+    return run_hook("claude-code", event, env)
+
+
+def test_pretooluse_asks_before_a_push_the_compaction_removed_then_lets_it_be(
+    tmp_path: Path,
+) -> None:
+    session = _pushed_then_compacted(tmp_path)
+    env = environ(tmp_path)
+    assert _pre_tool_use(session, env, "Read", file_path="/home/dev/shop/a.py") == HookResult()
+    asked = json.loads(_pre_tool_use(session, env, "Bash", command="git push origin main").stdout)
+    decision = asked["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "ask"
+    assert decision["permissionDecisionReason"].startswith(
+        "otel-compaction: this repeats Bash `git push origin main` (call toolu_1), which already"
+    )
+    assert "with outcome success: 1a..2b main -> main" in decision["permissionDecisionReason"]
+    # Put to the user once: the next one is theirs to make.
+    assert _pre_tool_use(session, env, "Bash", command="git push origin main") == HookResult()
+
+
+def test_pretooluse_denies_by_policy_and_lets_a_push_of_a_new_commit_run(tmp_path: Path) -> None:
+    policy = tmp_path / "deny.yaml"
+    policy.write_text("extends: default\nhooks:\n  reissue: deny\n", encoding="utf-8")
+    env = {**environ(tmp_path), "OTEL_COMPACTION_POLICY": str(policy)}
+    session = _pushed_then_compacted(tmp_path)
+    for _ in range(2):  # denied every time
+        denied = json.loads(
+            _pre_tool_use(session, env, "Bash", command="git push origin main").stdout
+        )
+        assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
+    session = _pushed_then_compacted(tmp_path / "again", committed_since=True)
+    env = {**environ(tmp_path / "again"), "OTEL_COMPACTION_POLICY": str(policy)}
+    assert _pre_tool_use(session, env, "Bash", command="git push origin main") == HookResult()
+
+
+def test_a_ledger_that_cannot_be_written_never_lets_a_refused_compaction_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Archive, "record_side_effects", broken)
+    session = building_session(tmp_path)
+    session.call("toolu_8", "Bash", command="git push origin main")
+    session.result("toolu_8", "main -> main")
+    session.call("toolu_9", "Bash", command="make deploy")  # still waiting for its result
+    event = payload(session.write(), "PreCompact", trigger="manual")
+    assert run_hook("claude-code", event, environ(tmp_path)).exit_code == 2

@@ -210,6 +210,8 @@ class _Hook:
         guard = Guard(gate, home, self.cli, self.environ)
         if self.event == "PreCompact":
             return self._pre_compact(guard)
+        if self.event == "PreToolUse":
+            return self._pre_tool_use(guard)
         if self.event == "PostCompact":
             return self._post_compact(guard)
         if self.event == "SessionStart" and self.payload.get("source") == "compact":
@@ -226,12 +228,34 @@ class _Hook:
         session = self._session()
         trigger = _text(self.payload.get("trigger")) or "manual"
         pre = guard.before_compaction(session, trigger=trigger)
+        from otel_compaction._internal_errors import internal_errors
+        from otel_compaction.hooks.reissue_guard import record_compaction
+
+        # The ledger's failure must not turn a refusal into a compaction: it only logs.
+        with internal_errors("recording the side effects before a compaction"):
+            record_compaction(guard, session, proceeds=not pre.blocked)
         if pre.blocked:
             return self._block(pre.reason())
         warning = pre.reason() if pre.refused else ""
         # Claude Code appends this to the summarizer's prompt; Codex shows it to nobody.
         stdout = pre.instructions() if self.cli == "claude-code" else ""
         return HookResult(0, stdout, warning)
+
+    def _pre_tool_use(self, guard: Guard) -> HookResult:
+        from otel_compaction.hooks.reissue_guard import check_call
+
+        stopped = check_call(guard, self.payload)
+        if stopped is None:
+            return HookResult()
+        _, why = stopped
+        # Codex 0.171.0 accepts only "deny" from a PreToolUse hook; Claude Code asks the user.
+        ask = guard.gate.policy.hooks.reissue == "ask" and self.cli == "claude-code"
+        decision = {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "ask" if ask else "deny",
+            "permissionDecisionReason": why,
+        }
+        return HookResult(0, json.dumps({"hookSpecificOutput": decision}, ensure_ascii=False))
 
     def _post_compact(self, guard: Guard) -> HookResult:
         summary = _text(self.payload.get("compact_summary"))

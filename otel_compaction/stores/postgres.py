@@ -98,6 +98,7 @@ _WORKERS: Final = "otel_compaction_workers"
 _COMPACTIONS: Final = "otel_compaction_compactions"
 _SPANS: Final = "otel_compaction_archived_spans"
 _APPLIED: Final = "otel_compaction_outbox_applied"
+_SIDE_EFFECTS: Final = "otel_compaction_side_effects"
 
 _LEDGER_SCHEMA: Final = f"""
 CREATE TABLE IF NOT EXISTS {_OBLIGATIONS} (
@@ -156,6 +157,22 @@ CREATE TABLE IF NOT EXISTS {_SPANS} (
     stored          bigserial
 );
 CREATE INDEX IF NOT EXISTS {_SPANS}_conversation ON {_SPANS} (conversation_id, span_start);
+CREATE TABLE IF NOT EXISTS {_SIDE_EFFECTS} (
+    conversation_id text NOT NULL,
+    sequence        integer NOT NULL,
+    call_id         text NOT NULL,
+    fingerprint     text NOT NULL,
+    scope           text NOT NULL,
+    kind            text NOT NULL,
+    tool            text NOT NULL,
+    target          text NOT NULL,
+    outcome         text NOT NULL,
+    result          text NOT NULL,
+    completed_at    double precision,
+    in_context      integer NOT NULL,
+    asked           integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (conversation_id, sequence, call_id)
+);
 """
 
 _RECORD_COLUMNS: Final = (
@@ -895,6 +912,7 @@ class PostgresArchive(Archive):
         return redact(self._pool.url)
 
     _table = _SPANS
+    _side_effects = _SIDE_EFFECTS
     _mark = "%s"
     _order = "stored"
 
@@ -926,6 +944,11 @@ class PostgresArchive(Archive):
             return conn.execute(
                 f"SELECT {_META_COLUMNS} FROM {_SPANS} WHERE handle = %s", (row[0],)
             ).fetchone()
+
+    def _write_many(self, doing: str, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Run a writing `query` for each of `rows`, in one transaction, from any worker."""
+        with self._query(doing) as conn, conn.transaction(), conn.cursor() as cursor:
+            cursor.executemany(query, rows)
 
     def attach_summary(self, handle: str, summary: str) -> ArchivedSpan:
         """Record (or replace) the summary that replaced an archived span; return the record."""
