@@ -259,14 +259,16 @@ def test_an_unknown_option_leaves_the_gate_on_guard(cli: str, tmp_path: Path) ->
 
 
 def test_the_options_still_work_spelled_either_way(tmp_path: Path) -> None:
-    """``--policy FILE`` and ``--policy=FILE`` both set the policy: a refusal blocks."""
-    policy = tmp_path / "block-auto.yaml"
-    policy.write_text("hooks:\n  auto: block\n")
+    """``--policy FILE`` and ``--policy=FILE`` both set the policy: a manual compaction the
+    default policy blocks only warns under one that says so."""
+    policy = tmp_path / "warn-manual.yaml"
+    policy.write_text("hooks:\n  manual: warn\n")
     busy = busy_session(tmp_path)
-    stdin = payload("PreCompact", transcript_path=str(busy), trigger="auto")
+    stdin = payload("PreCompact", transcript_path=str(busy), trigger="manual")
+    assert hook("claude-code", tmp_path, stdin).code == 2
     for args in (("--policy", str(policy)), (f"--policy={policy}",)):
         answer = hook("claude-code", tmp_path, stdin, *args)
-        assert answer.code == 2 and "toolu_2" in answer.stderr, answer
+        assert answer.code == 0 and "toolu_2" in answer.stderr, answer
 
 
 # -- what the hook reads -----------------------------------------------------------------------

@@ -566,8 +566,8 @@ def test_status_and_doctor(
     assert main(["hook", "status", "claude-code"]) == 0
     text = capsys.readouterr().out
     assert (
-        f"  hooks:     PostCompact, PreCompact, SessionStart in {home / 'settings.json'} (user)\n"
-        in text
+        "  hooks:     PostCompact, PreCompact, PreToolUse, SessionStart in "
+        f"{home / 'settings.json'} (user)\n" in text
     )
     assert f"  state:     {home / 'otel-compaction' / 'hooks'} (1 session(s))\n" in text
     assert f"  archive:   {home / 'otel-compaction' / 'archive.sqlite3'}\n" in text
