@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
 from otel_compaction.analysis import NEGATIVE_OUTCOMES, Analysis, call_target
 from otel_compaction.errors import TranscriptError
@@ -776,11 +776,19 @@ def _verifier() -> ModuleType | None:
         return None
 
 
+# Label files of other benchmarks (each read by its own script), not obligation items.
+_OTHER_BENCHMARKS: Final = frozenset({"reissues.jsonl"})
+
+
 def label_files(verifier: ModuleType | None) -> list[Path]:
     """The label files: every ``labels/*.jsonl`` but the verifier's own cases (a set of
-    summaries, read by its module)."""
+    summaries, read by its module) and those of the other benchmarks (re-issues)."""
     own = getattr(verifier, "LABELS", None)
-    return [p for p in sorted(LABELS.glob("*.jsonl")) if own is None or p != Path(own)]
+    return [
+        p
+        for p in sorted(LABELS.glob("*.jsonl"))
+        if (own is None or p != Path(own)) and p.name not in _OTHER_BENCHMARKS
+    ]
 
 
 def verifier_table(verifier: ModuleType, data: Path) -> tuple[list[Any], str]:
