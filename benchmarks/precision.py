@@ -28,13 +28,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
-from otel_compaction.analysis import Analysis, call_target
+from otel_compaction.analysis import NEGATIVE_OUTCOMES, Analysis, call_target
 from otel_compaction.errors import TranscriptError
 from otel_compaction.gate import CompactionGate, must_carry
 from otel_compaction.policy import Policy
 from otel_compaction.rules.base import SpanView, Tracked
+from otel_compaction.rules.null_result import asked
 from otel_compaction.rules.registry import RULES
 from otel_compaction.sessions import parse_session, read_session
 from otel_compaction.transcript import ToolCall, ToolResult, Transcript
@@ -62,9 +63,11 @@ KIND_RULES: dict[str, tuple[str, ...]] = {
 #   retry, commitment, background: the rule tracks an obligation opened there and still
 #     open at the cut after that message (one kept in its own message is open at no cut);
 #     a failed retry of the same call inside an open chain is held by that chain;
-#   negative: the result is among the analysis's negatives;
+#   negative: the result is among the analysis's negatives, or a later negative answer to
+#     the same call made again is (null_result keeps the latest of them);
 #   reference: the identifier is among the must-carry identifiers of the span head..cut;
-#   open_call, approval: the call is still open at the end of the conversation;
+#   open_call, approval: the call is still open at the end of the conversation (for
+#     open_call, also one discharged as abandoned: it has no result either);
 #   interim: the call is still open just after its first result;
 #   orphan: the result answers no earlier unanswered call.
 _OBLIGATION_KINDS = ("retry", "commitment", "background")
@@ -365,6 +368,22 @@ def _call_of_result(t: Transcript, call_id: str, message_index: int) -> ToolCall
     return None
 
 
+def _launch_of(t: Transcript, o: Tracked) -> ToolCall | None:
+    """The call that started background task `o`: a call of its tool answered in the message
+    where the task opens, whose result names the task's handle (its name is the tool's)."""
+    return next(
+        (
+            c
+            for c in t.calls
+            if c.name == o.name
+            and c.result is not None
+            and t.results[c.result].message_index == o.opened
+            and o.id in t.results[c.result].text
+        ),
+        None,
+    )
+
+
 def _call_at(t: Transcript, call_id: str, message_index: int) -> ToolCall | None:
     """The call carrying `call_id` made in message `message_index`."""
     entry = t.entries[message_index]
@@ -379,7 +398,7 @@ def tracked_key(t: Transcript, o: Tracked) -> tuple[str, Key] | None:
     if o.kind == "commitment":
         return "commitment", ("message", o.opened, o.name)
     if o.kind == "background_task":
-        call = next((c for c in t.calls if c.id == o.name), None)
+        call = _launch_of(t, o)
         return ("background", ("call", call.ordinal)) if call else None
     if o.kind == "tool_call" and o.call >= 0:
         return "open_call", ("call", o.call)
@@ -409,6 +428,29 @@ def _chained(t: Transcript, first: ToolCall, resolved: int | None) -> list[ToolC
     ]
 
 
+def _repeated_negatives(t: Transcript, a: Analysis, found: dict[Key, str]) -> dict[Key, str]:
+    """The negative answers `null_result` folds into a later negative answer to the same call
+    made again (the same tool and `asked`): the latest stands for them, as a failed retry is
+    held by its chain."""
+    answers: dict[tuple[str, str], list[ToolResult]] = {}
+    for r in t.results:
+        call = t.call_of(r)
+        if call is not None and a.outcomes[r.ordinal] != "cancelled":
+            answers.setdefault((call.name, asked(call)), []).append(r)
+    out: dict[Key, str] = {}
+    for same in answers.values():
+        for at, r in enumerate(same):
+            if a.outcomes[r.ordinal] not in NEGATIVE_OUTCOMES or ("call", r.call) in found:
+                continue
+            for later in same[at + 1 :]:
+                if a.outcomes[later.ordinal] not in NEGATIVE_OUTCOMES:
+                    break
+                if ("call", later.call) in found:
+                    out[("call", r.call)] = f"held by its repeat at message {later.message_index}"
+                    break
+    return out
+
+
 def detections(conv: Conversation) -> dict[str, dict[Key, str]]:
     """Every detection of every call-based kind and of commitments, by key."""
     t, a = conv.transcript, conv.analysis
@@ -429,8 +471,14 @@ def detections(conv: Conversation) -> dict[str, dict[Key, str]]:
         call = _call_of_result(t, n.call_id, n.message_index)
         if call is not None:
             out["negative"][("call", call.ordinal)] = f"{n.outcome}: {_short(n.text)}"
+    out["negative"].update(_repeated_negatives(t, a, out["negative"]))
     obligation_rules = {name for name, rule in RULES.items() if rule.kind == "obligation"}
     for o in a.obligations:
+        if o.rule == "open_tool_call" and o.status == "abandoned":
+            # No result at the end, and none will come: discharged where it arose (the
+            # `abandoned_call` rule carries it), yet the call is unanswered all the same.
+            out["open_call"][("call", o.call)] = f"{o.name} unanswered, discharged abandoned"
+            continue
         if o.resolved is not None or o.rule not in obligation_rules:
             continue
         if o.kind == "approval":
@@ -728,11 +776,19 @@ def _verifier() -> ModuleType | None:
         return None
 
 
+# Label files of other benchmarks (each read by its own script), not obligation items.
+_OTHER_BENCHMARKS: Final = frozenset({"reissues.jsonl"})
+
+
 def label_files(verifier: ModuleType | None) -> list[Path]:
     """The label files: every ``labels/*.jsonl`` but the verifier's own cases (a set of
-    summaries, read by its module)."""
+    summaries, read by its module) and those of the other benchmarks (re-issues)."""
     own = getattr(verifier, "LABELS", None)
-    return [p for p in sorted(LABELS.glob("*.jsonl")) if own is None or p != Path(own)]
+    return [
+        p
+        for p in sorted(LABELS.glob("*.jsonl"))
+        if (own is None or p != Path(own)) and p.name not in _OTHER_BENCHMARKS
+    ]
 
 
 def verifier_table(verifier: ModuleType, data: Path) -> tuple[list[Any], str]:

@@ -63,9 +63,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from otel_compaction.errors import ArchiveError
+
+if TYPE_CHECKING:
+    from otel_compaction.reissue import SideEffectRecord
 
 __all__ = [
     "ARCHIVE_ENV",
@@ -116,6 +119,30 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
 );
 CREATE INDEX IF NOT EXISTS {_TABLE}_conversation ON {_TABLE} (conversation_id, span_start);
 """
+_SIDE_EFFECTS: Final = "side_effects"
+_SIDE_EFFECT_SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS {_SIDE_EFFECTS} (
+    conversation_id TEXT NOT NULL,
+    sequence        INTEGER NOT NULL,
+    call_id         TEXT NOT NULL,
+    fingerprint     TEXT NOT NULL,
+    scope           TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    tool            TEXT NOT NULL,
+    target          TEXT NOT NULL,
+    outcome         TEXT NOT NULL,
+    result          TEXT NOT NULL,
+    completed_at    REAL,
+    in_context      INTEGER NOT NULL,
+    asked           INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (conversation_id, sequence, call_id)
+)
+"""
+"""The side-effect ledger (`otel_compaction.reissue`), beside the spans it outlives."""
+_SIDE_EFFECT_COLUMNS: Final = (
+    "conversation_id, sequence, call_id, fingerprint, scope, kind, tool, target, outcome, "
+    "result, completed_at, in_context, asked"
+)
 _META_COLUMNS: Final = (
     "handle, sha256, conversation_id, span_start, span_end, message_count, size, "
     "created_at, policy, summary"
@@ -563,6 +590,7 @@ class Archive:
         if app_id == _APPLICATION_ID:
             if version > _SCHEMA_VERSION:
                 raise self._newer(version)
+            conn.execute(_SIDE_EFFECT_SCHEMA)  # an archive made before the ledger gains it
             return
         tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         if app_id != 0 or tables:
@@ -571,7 +599,7 @@ class Archive:
                 if app_id
                 else f"no table {_TABLE}, and {tables} other schema object(s)"
             )
-        for statement in _SCHEMA.split(";"):
+        for statement in [*_SCHEMA.split(";"), _SIDE_EFFECT_SCHEMA]:
             if statement.strip():
                 conn.execute(statement)
         conn.execute(f"PRAGMA application_id={_APPLICATION_ID}")
@@ -796,6 +824,82 @@ class Archive:
                 raise self._unknown(handle)
         return self.get(handle)
 
+    # -- the side-effect ledger ----------------------------------------------------------
+
+    def record_side_effects(self, records: Sequence[SideEffectRecord]) -> None:
+        """Record completed side effects (`otel_compaction.reissue`); a record already there
+        (same conversation, position and call id) takes the new outcome and context state and
+        keeps whether a re-issue of it was asked about. One transaction."""
+        self._writable()
+        if not records:
+            return
+        mark = self._mark
+        marks = ", ".join([mark] * 13)
+        query = (
+            f"INSERT INTO {self._side_effects} ({_SIDE_EFFECT_COLUMNS}) VALUES ({marks}) "
+            "ON CONFLICT (conversation_id, sequence, call_id) DO UPDATE SET "
+            "outcome = excluded.outcome, result = excluded.result, "
+            "completed_at = COALESCE(excluded.completed_at, "
+            f"{self._side_effects}.completed_at), in_context = excluded.in_context"
+        )
+        rows = [
+            (
+                r.conversation_id, r.sequence, r.call_id, r.fingerprint, r.scope, r.kind,
+                r.tool, r.target, r.outcome, r.result, r.completed_at, int(r.in_context),
+                int(r.asked),
+            )
+            for r in records
+        ]  # fmt: skip
+        self._write_many("recording side effects", query, rows)
+
+    def side_effects(self, conversation_id: str) -> list[SideEffectRecord]:
+        """The side effects recorded for a conversation, in the order of their calls."""
+        from otel_compaction.reissue import SideEffectRecord
+
+        query = (
+            f"SELECT {_SIDE_EFFECT_COLUMNS} FROM {self._side_effects} "
+            f"WHERE conversation_id = {self._mark} ORDER BY sequence"
+        )
+        try:
+            rows = self._rows("reading side effects", query, (conversation_id,))
+        except ArchiveError:
+            if self._readonly:  # an archive made before the ledger, inspected
+                return []
+            raise
+        return [
+            SideEffectRecord(
+                str(row[0]), int(row[1]), str(row[2]), str(row[3]), str(row[4]), str(row[5]),
+                str(row[6]), str(row[7]), str(row[8]), str(row[9]),
+                None if row[10] is None else float(row[10]), bool(row[11]), bool(row[12]),
+            )
+            for row in rows
+        ]  # fmt: skip
+
+    def mark_asked(self, record: SideEffectRecord) -> None:
+        """Note that a re-issue of `record` was put to the user (or refused once where the
+        CLI cannot ask): a further one goes ahead."""
+        self._writable()
+        mark = self._mark
+        query = (
+            f"UPDATE {self._side_effects} SET asked = 1 WHERE conversation_id = {mark} "
+            f"AND sequence = {mark} AND call_id = {mark}"
+        )
+        params = (record.conversation_id, record.sequence, record.call_id)
+        self._write_many("noting a re-issue", query, [params])
+
+    def _write_many(self, doing: str, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Run a writing `query` for each of `rows`, in one transaction."""
+        del doing  # SQLite's errors name the file
+        with self._connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(query, rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
     # -- reading ---------------------------------------------------------------------------
 
     def get(self, handle: str) -> ArchivedSpan:
@@ -868,6 +972,7 @@ class Archive:
 
     # What the reading methods' SQL names: the table, the parameter mark, the storing order.
     _table = _TABLE
+    _side_effects = _SIDE_EFFECTS
     _mark = "?"
     _order = "rowid"
 

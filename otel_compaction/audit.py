@@ -11,9 +11,12 @@ boundary) and what the session did afterwards (up to the next compaction), and r
   again), and a response is never joined across it;
 * ``summary_missing``: what the summary failed to carry, by `verify_summary`, against what the
   session used afterwards (identifiers it referred to, negatives, pending obligations);
-* ``reissued_after``: calls made after the compaction with the same tool and arguments as one
-  that had already resolved before it (seed 1's duplicate side effect; a file read or written
-  again that was already handled).
+* ``reissued_after``: calls made after the compaction that repeat a side effect it removed
+  from context (seed 1's duplicate side effect), by `otel_compaction.reissue.reissues`, the
+  logic the CLI hooks stop re-issues by: the same side effect (a push, a commit, a write, an
+  install, an MCP call that changes something) with the same arguments as one that succeeded
+  before the boundary and was not superseded since. Reads, read-only commands and retries of
+  a failure are not re-issues.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_compaction.analysis import call_target
 from otel_compaction.gate import CompactionGate
 from otel_compaction.policy import Policy
+from otel_compaction.reissue import reissues
 from otel_compaction.rules import ObligationRef, SpanView, run_rules
 from otel_compaction.sessions import Compaction, Session
 from otel_compaction.transcript import Transcript
@@ -36,7 +39,7 @@ __all__ = ["CompactionAudit", "Reissue", "SessionAudit", "audit_session", "to_js
 
 @dataclass(frozen=True, slots=True)
 class Reissue:
-    """A call made after a compaction that repeats one resolved before it."""
+    """A call made after a compaction that repeats a side effect done before it."""
 
     tool: str
     call_id: str
@@ -156,32 +159,16 @@ def _audit(
     # What the summary had to carry: the span against what the session did after it.
     transcript = Transcript.parse([*before, *after])
     missing = verify_summary(transcript, (0, cut), compaction.summary, policy=gate.policy)
-    reissued = _reissued(transcript, cut, boundary, session)
+    reissued = tuple(
+        Reissue(call.name, call.id, original.call_id, index, session.line_of(index))
+        for call, original in reissues(
+            sent.transcript, sent.outcomes, gate.policy.side_effects, cut
+        )
+        for index in (boundary + call.message_index - cut,)
+    )
     return CompactionAudit(
         compaction, bool(sent.pair_closed[cut]), open_obligations, missing, reissued
     )
-
-
-def _reissued(
-    transcript: Transcript, cut: int, boundary: int, session: Session
-) -> tuple[Reissue, ...]:
-    """Calls after `cut` repeating (same tool, same arguments) a call resolved before it."""
-    resolved: dict[tuple[str, str], str] = {}
-    for call in transcript.calls:
-        if call.message_index >= cut:
-            break
-        result = transcript.result_of(call)
-        if result is not None and result.message_index < cut:
-            resolved[(call.name, call_target(call))] = call.id
-    out: list[Reissue] = []
-    for call in transcript.calls:
-        if call.message_index < cut:
-            continue
-        earlier = resolved.get((call.name, call_target(call)))
-        if earlier is not None:
-            index = boundary + 1 + (call.message_index - cut)
-            out.append(Reissue(call.name, call.id, earlier, index, session.line_of(index)))
-    return tuple(out)
 
 
 def to_json(audits: Sequence[SessionAudit]) -> str:
@@ -212,5 +199,5 @@ def write_text(out: Any, audit: SessionAudit) -> None:
         for again in item.reissued_after:
             w(
                 f"    re-issued at line {again.line}: {again.tool} ({again.call_id}) repeats "
-                f"{again.duplicate_of}, already resolved before the compaction\n"
+                f"{again.duplicate_of}, a side effect done before the compaction\n"
             )

@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO, cast
 
 from otel_compaction._version import __version__
-from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH
 from otel_compaction.errors import CompactionError
-from otel_compaction.rules.registry import BUILTIN_POLICIES
 
 __all__ = ["main"]
 
@@ -74,6 +72,9 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    # Imported here, as the help needs them: a hook run never builds this parser.
+    from otel_compaction.rules.registry import BUILTIN_POLICIES
+
     parser = _ArgumentParser(
         prog="otel-compaction",
         description="Guard agent transcript compaction against severing tool calls "
@@ -190,6 +191,8 @@ def _parser() -> argparse.ArgumentParser:
         parser_.add_argument(
             "--policy", metavar="NAME|FILE", help="the hooks' policy (default: default)"
         )
+    _add_hook_tools(hooks)
+    for parser_ in [*runs, hooks.choices["resolve"]]:
         parser_.add_argument(
             "--otlp-endpoint",
             metavar="URL",
@@ -200,8 +203,42 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_hook_tools(hooks: Any) -> None:
+    """``hook resolve``, ``hook status`` and ``hook doctor``."""
+    home_help = "the CLI's config directory (default: $CLAUDE_CONFIG_DIR or ~/.claude; "
+    home_help += "$CODEX_HOME or ~/.codex)"
+    resolve = hooks.add_parser(
+        "resolve",
+        help="mark open work of a session done or abandoned, so its compaction can proceed",
+        description="Mark open work that blocked a compaction (the ids its message names) as "
+        "done (it completed) or abandoned (it will not); the next compaction proceeds over "
+        "it, and the repair no longer lists it as pending. Recorded as a "
+        "compaction.obligation.discharged event when an OTLP endpoint is set.",
+    )
+    resolve.add_argument("cli", choices=("claude-code", "codex"))
+    resolve.add_argument("ids", nargs="+", metavar="ID", help="the open work's ids")
+    resolve.add_argument("--session", required=True, metavar="ID", help="the session's id")
+    resolve.add_argument("--home", metavar="DIR", help=home_help)
+    done = resolve.add_mutually_exclusive_group(required=True)
+    done.add_argument("--done", dest="resolution", action="store_const", const="done")
+    done.add_argument("--abandoned", dest="resolution", action="store_const", const="abandoned")
+    for action, what in (
+        ("status", "what is installed where, the state and archive, the latest decisions"),
+        ("doctor", "check the installed hooks, their interpreter, state and archive"),
+    ):
+        tool = hooks.add_parser(action, help=what, description=what[0].upper() + what[1:] + ".")
+        tool.add_argument("cli", nargs="?", choices=("claude-code", "codex"),
+                          help="one CLI (default: both)")  # fmt: skip
+        tool.add_argument("--home", metavar="DIR", help=home_help + "; with one CLI only")
+        if action == "status":
+            tool.add_argument("--session", metavar="ID", help="one session's decisions")
+            tool.add_argument("--format", choices=("text", "json"), default="text")
+
+
 def _add_archive(commands: Any) -> None:
     """The ``archive`` command and its actions."""
+    from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH
+
     archive = commands.add_parser("archive", help="read spans archived by reversible compaction")
     stored = archive.add_subparsers(dest="action", metavar="ACTION", required=True)
     db_help = f"archive database (default: ${ARCHIVE_ENV}, else ./{DEFAULT_ARCHIVE_PATH})"
@@ -245,11 +282,28 @@ class _Printable:
         return getattr(self._stream, name)
 
 
+def _is_hook_run(arguments: Sequence[str]) -> bool:
+    """``hook claude-code ...`` or ``hook codex ...``, not asking for help."""
+    return (
+        len(arguments) >= 2
+        and arguments[0] == "hook"
+        and arguments[1] in ("claude-code", "codex")
+        and not {"-h", "--help"} & set(arguments[2:])
+    )
+
+
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Run the command line; return the exit status."""
     out = cast("TextIO", _Printable(stdout or sys.stdout))
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if _is_hook_run(arguments):
+        # A hook run reads its own options leniently: a usage error's exit 2 would block the
+        # compaction (Claude Code reads exit 2 so), and no option of another version may.
+        from otel_compaction.hooks.run import main as run_hook
+
+        return run_hook(arguments[1], arguments[2:])
     try:
-        args = _parser().parse_args(argv)
+        args = _parser().parse_args(arguments)
     except SystemExit as exc:  # argparse has printed its message
         return int(exc.code or 0)
     try:

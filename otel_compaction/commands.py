@@ -94,17 +94,9 @@ def _audit(args: argparse.Namespace, out: TextIO) -> int:
 def _hook(args: argparse.Namespace, out: TextIO) -> int:
     import os
 
-    if args.action in ("claude-code", "codex"):
-        from otel_compaction.hooks.run import main as run_hook_main
-
-        environ = dict(os.environ)
-        if args.policy:
-            environ["OTEL_COMPACTION_POLICY"] = args.policy
-        if args.otlp_endpoint:  # the SDK reads its exporter settings from the process
-            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = (
-                args.otlp_endpoint
-            )
-        return run_hook_main(args.action, environ)
+    # A hook run (``hook claude-code|codex``) never gets here: `cli.main` hands it over first.
+    if args.action in ("resolve", "status", "doctor"):
+        return _hook_tool(args, out)
     from otel_compaction.hooks import install as installer
 
     path = installer.settings_path(args.cli, args.scope, os.environ, Path.cwd())
@@ -125,6 +117,26 @@ def _hook(args: argparse.Namespace, out: TextIO) -> int:
         what = ", ".join(removed) if removed else "nothing (not installed)"
         out.write(f"{path}: removed {what}\n")
     return EXIT_OK
+
+
+def _hook_tool(args: argparse.Namespace, out: TextIO) -> int:
+    import os
+
+    from otel_compaction.hooks import tools
+    from otel_compaction.hooks.run import CLIS
+
+    if args.action == "resolve":
+        if args.otlp_endpoint:  # the SDK reads its exporter settings from the process
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = args.otlp_endpoint
+        [home] = tools.homes_of([args.cli], args.home).values()
+        tools.resolve(args.cli, args.session, args.ids, args.resolution, home=home, out=out)
+        return EXIT_OK
+    clis = [args.cli] if args.cli else list(CLIS)
+    homes = tools.homes_of(clis, args.home)
+    if args.action == "status":
+        tools.status(clis, homes, args.session, args.format, out)
+        return EXIT_OK
+    return tools.doctor(clis, homes, out)
 
 
 def _span(text: str) -> tuple[int, int | None]:

@@ -28,6 +28,7 @@ conversation's next auto-instrumented model request gets ``gen_ai.conversation.c
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -46,7 +47,9 @@ from otel_compaction.context import current_conversation_id
 from otel_compaction.errors import CompactionError, CompactionRefused, LiveSpanCompactionError
 from otel_compaction.gate import CompactionGate, Decision, refusal_error
 from otel_compaction.ledger import (
+    DEFAULT_CONVERSATION,
     DecisionTurn,
+    LedgerSnapshot,
     ObligationKind,
     ObligationLedger,
     ResolutionStatus,
@@ -54,6 +57,7 @@ from otel_compaction.ledger import (
 )
 from otel_compaction.policy import Policy
 from otel_compaction.rules import DISCHARGE, ObligationRef
+from otel_compaction.stores import StoreError
 from otel_compaction.summarizers import (
     ExtractiveSummarizer,
     Summarizer,
@@ -252,9 +256,15 @@ class GuardedCompactor:
         if critical is None:
             critical = before >= thresholds.critical * self.budget
         # One decision at a time per conversation: across the fleet on a shared ledger.
-        with self.ledger.decision_lock(conversation_id or current_conversation_id()) as turn:
+        key = conversation_id or current_conversation_id()
+        with contextlib.ExitStack() as held:
+            try:
+                turn = held.enter_context(self.ledger.decision_lock(key))
+                unavailable = None
+            except StoreError as error:  # an outage: the gate refuses, never compacts blind
+                turn, unavailable = DecisionTurn(), str(error)
             return self._decide_and_apply(
-                original, per_message, before, turn, conversation_id, critical, end
+                original, per_message, before, turn, conversation_id, critical, end, unavailable
             )
 
     def _decide_and_apply(
@@ -266,9 +276,14 @@ class GuardedCompactor:
         conversation_id: str | None,
         critical: bool,
         end: int | None,
+        unavailable: str | None = None,
     ) -> CompactionResult:
         thresholds = self.policy.thresholds
         analysis = self.gate.analyse(original, conversation_id=conversation_id)
+        if unavailable is not None:  # the ledger could not be locked: it cannot be trusted
+            key = conversation_id or DEFAULT_CONVERSATION
+            snapshot = LedgerSnapshot(key, (), unavailable=unavailable)
+            analysis = Analysis.build(analysis.transcript, self.policy, snapshot)
         if end is None:
             span = self._pick_span(per_message, analysis.head, before)
         elif not 0 <= end <= len(original):
@@ -311,6 +326,12 @@ class GuardedCompactor:
             else:
                 result = self._apply(original, analysis.transcript, decision, before)
             telemetry_span.record(result)
+        if result.compacted and self.telemetry is not None and result.span is not None:
+            start, end = result.span
+            self.telemetry.recorder.compacted(
+                conversation_id or current_conversation_id(),
+                (c.id for c in analysis.transcript.calls if start <= c.message_index < end),
+            )
         if result.compacted and fingerprint is not None:
             turn.record(fingerprint)
         return result

@@ -68,3 +68,8 @@ class OpenObligationError(CompactionRefused):
 
 class LiveSpanCompactionError(CompactionRefused):
     """Refused because the span is live: a negative result, an unbound reference or no archive."""
+
+
+class LedgerUnavailableError(CompactionRefused):
+    """Refused because the obligation ledger could not say what is open (its store is
+    unreachable, or writes of the conversation still wait in its outbox)."""

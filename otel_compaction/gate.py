@@ -35,6 +35,7 @@ from otel_compaction.context import current_conversation_id
 from otel_compaction.errors import (
     CompactionError,
     CompactionRefused,
+    LedgerUnavailableError,
     LiveSpanCompactionError,
     OpenObligationError,
 )
@@ -51,6 +52,7 @@ from otel_compaction.rules import (
     run_rules,
 )
 from otel_compaction.sources import ObligationSource, ObligationSources, SourceReading
+from otel_compaction.stores import StoreError
 from otel_compaction.transcript import Transcript
 
 __all__ = ["Action", "CompactionGate", "Decision", "MustCarry", "SpanError"]
@@ -110,6 +112,8 @@ class Decision:
     conversation_id: str | None = None
     orphaned: tuple[Orphan, ...] = ()
     """The conversation's orphaned obligations (a shared ledger): open, their owner gone."""
+    ledger_unavailable: str | None = None
+    """Why the ledger could not say what is open (a store outage): then the gate refuses."""
 
     @property
     def blocking(self) -> tuple[Finding, ...]:
@@ -120,6 +124,8 @@ class Decision:
         """One line a person can act on."""
         start, end = self.span
         named = "; ".join(ref.describe() for ref in self.obligations) or "none"
+        if self.action == "refuse" and self.ledger_unavailable is not None:
+            return f"refusing compaction of span {start}:{end}: {_unknown(self)}"
         if self.action == "refuse":
             remedies = (
                 "; ".join(f"{ref.describe()}: {ref.discharge}" for ref in self.obligations)
@@ -143,6 +149,8 @@ class Decision:
         """`describe` without content, for logs: each obligation by kind and `shown_id`."""
         start, end = self.span
         named = ", ".join(f"{ref.kind} {shown_id(ref)}" for ref in self.obligations) or "none"
+        if self.action == "refuse" and self.ledger_unavailable is not None:
+            return f"refusing compaction of span {start}:{end}: {_unknown(self)}"
         if self.action == "refuse":
             return f"refusing compaction of span {start}:{end}: open obligations {named}"
         if self.action == "defer":
@@ -188,6 +196,14 @@ class Decision:
         return self
 
 
+def _unknown(decision: Decision) -> str:
+    return (
+        "the obligation ledger cannot say what is open, so nothing is compacted blind "
+        f"({decision.ledger_unavailable}); compaction proceeds once the store answers and "
+        "what waits in its outbox is replayed"
+    )
+
+
 def _orphan_dict(orphan: Orphan) -> dict[str, Any]:
     o = orphan.obligation
     return {
@@ -223,6 +239,8 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 def refusal_error(decision: Decision) -> CompactionRefused:
     """The named refusal for `decision`: obligations first, liveness otherwise."""
     rules = {f.rule for f in decision.blocking}
+    if decision.ledger_unavailable is not None:
+        return LedgerUnavailableError(decision)
     if rules & _OBLIGATION_RULES or not rules:
         return OpenObligationError(decision)
     return LiveSpanCompactionError(decision)
@@ -302,7 +320,11 @@ class CompactionGate:
         conversation_id = conversation_id or current_conversation_id()
         snapshot = None
         if self.ledger is not None:
-            snapshot = self.ledger.snapshot(conversation_id)
+            try:
+                snapshot = self.ledger.snapshot(conversation_id)
+            except StoreError as error:  # an outage: the gate refuses rather than guess
+                key = conversation_id or DEFAULT_CONVERSATION
+                snapshot = LedgerSnapshot(key, (), unavailable=str(error))
         if self.sources:
             key = conversation_id or DEFAULT_CONVERSATION
             if readings is None:
@@ -362,6 +384,8 @@ class CompactionGate:
         )
         if analysis.ledger is not None and analysis.ledger.orphaned:
             decision = _over_orphans(decision, analysis.ledger.orphaned)
+        if analysis.ledger is not None and analysis.ledger.unavailable is not None:
+            decision = _unavailable(decision, analysis.ledger.unavailable)
         for observer in self._observers:
             try:
                 observer(decision, analysis, started_ns)
@@ -477,6 +501,20 @@ def _over_orphans(decision: Decision, orphans: tuple[Orphan, ...]) -> Decision:
         must_carry=MustCarry(),
         extended=False,
         orphaned=orphans,
+    )
+
+
+def _unavailable(decision: Decision, reason: str) -> Decision:
+    """`decision` when the ledger could not say what is open: a refusal naming why."""
+    finding = Finding("ledger_unavailable", None, reason, "block")
+    return replace(
+        decision,
+        action="refuse",
+        span=decision.requested,
+        findings=(finding,),
+        must_carry=MustCarry(),
+        extended=False,
+        ledger_unavailable=reason,
     )
 
 

@@ -1,18 +1,21 @@
 """Reading transcript and session files: bounded, strict UTF-8, JSON or JSONL, clear errors.
 
-Everything the command line and the hooks read from a file or standard input goes through
-`read_text`, so a path and a pipe behave alike: at most `MAX_INPUT_BYTES` (a device such as
+The transcripts the command line reads from a file or standard input go through `read_text`,
+so a path and a pipe behave alike: at most `MAX_INPUT_BYTES` (a device such as
 ``/dev/zero`` or a runaway file is refused, not read forever), UTF-8 only (a byte-order mark is
 allowed), and an error that names the input and the place. `decode_json` turns the text into
 Python values with the same care: an integer too long for Python to convert, or a lone
 surrogate escape (``"\\ud800"``, which no UTF-8 output can carry), is refused with its line and
-column rather than failing later, somewhere else.
+column rather than failing later, somewhere else. `read_log` reads a log another process may be
+writing: a regular file only, never waiting, up to what it held when opened.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +23,14 @@ from typing import Any, Final
 
 from otel_compaction.errors import TranscriptError
 
-__all__ = ["MAX_INPUT_BYTES", "decode_json", "load_messages", "parse_messages_text", "read_text"]
+__all__ = [
+    "MAX_INPUT_BYTES",
+    "decode_json",
+    "load_messages",
+    "parse_messages_text",
+    "read_log",
+    "read_text",
+]
 
 MAX_INPUT_BYTES: Final = 256 * 1024 * 1024
 """The largest transcript or session file read (256 MiB; a long session log is tens of MB)."""
@@ -66,6 +76,83 @@ def read_text(path: str | Path, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, s
             f"{name}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
             f"(line {line})"
         ) from None
+
+
+def read_log(path: str | Path, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, str]:
+    """The text of the log file `path` as it was when opened, and the name errors give it.
+
+    A log is appended while it is read (a CLI writes its session as it goes): the size at open
+    time bounds the read, so a writer never keeps the reader waiting, and the bytes after the
+    last newline (a record still being written, perhaps cut inside a character) are kept only
+    when they decode. Opening never waits either: a FIFO, a device, a socket or a directory
+    is refused before anything is read.
+
+    Raises:
+        TranscriptError: no such file, not a regular file, unreadable, larger than `limit`
+            bytes, or not UTF-8.
+    """
+    name = str(path)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise TranscriptError(f"{name}: no such file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise TranscriptError(f"{name}: cannot read: {_reason(exc)}") from None
+    try:
+        status = os.fstat(descriptor)
+        if stat.S_ISDIR(status.st_mode):
+            raise TranscriptError(f"{name}: is a directory, not a file")
+        if not stat.S_ISREG(status.st_mode):
+            raise TranscriptError(f"{name}: {_kind(status.st_mode)}, not a regular file; not read")
+        if status.st_size > limit:
+            raise TranscriptError(f"{name}: larger than {limit:,} bytes; not read")
+        chunks: list[bytes] = []
+        left = status.st_size
+        while left > 0:
+            chunk = os.read(descriptor, left)
+            if not chunk:  # truncated meanwhile: what there was
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise TranscriptError(f"{name}: cannot read: {_reason(exc)}") from None
+    finally:
+        os.close(descriptor)
+    data = b"".join(chunks)
+    complete = data.rfind(b"\n") + 1
+    try:
+        text = data[:complete].decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(name, data, exc.start) from None
+    try:
+        text += data[complete:].decode("utf-8" if complete else "utf-8-sig")
+    except UnicodeDecodeError as exc:
+        if exc.reason != "unexpected end of data":
+            raise _not_utf8(name, data, complete + exc.start) from None
+        # else a record still being written, cut inside a character: left out
+    return text, name
+
+
+def _not_utf8(name: str, data: bytes, offset: int) -> TranscriptError:
+    line = data.count(b"\n", 0, offset) + 1
+    return TranscriptError(
+        f"{name}: cannot read: not UTF-8 text: byte 0x{data[offset]:02x} at offset {offset} "
+        f"(line {line})"
+    )
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def _reason(exc: Exception) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
 def decode_json(text: str, name: str, *, line: int | None = None) -> Any:

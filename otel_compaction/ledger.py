@@ -162,11 +162,14 @@ class Orphan:
 @dataclass(frozen=True, slots=True)
 class LedgerSnapshot:
     """An immutable copy of one conversation's records, in the order they were opened;
-    ``orphaned`` lists the open ones whose owner stopped heartbeating (a shared store only)."""
+    ``orphaned`` lists the open ones whose owner stopped heartbeating (a shared store only).
+    ``unavailable`` says why the records are not the whole truth (the store is unreachable,
+    or writes of the conversation still wait in an outbox), None when they are."""
 
     conversation_id: str
     obligations: tuple[Obligation, ...]
     orphaned: tuple[Orphan, ...] = ()
+    unavailable: str | None = None
 
     def open(self) -> tuple[Obligation, ...]:
         """The obligations still open."""

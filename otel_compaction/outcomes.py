@@ -11,10 +11,16 @@ rejection; one cancelled before it could run (a sibling's failure, an interrupt)
 A call that ran is then read by its tool's family. A file read returned the file: its
 content is data, whatever it says. A search or a listing returned what it found: nothing, or
 only the tool's own short "No files found", is an absence; file names and matching lines that
-mention "error" are data. Any other shell command's output is data too, unless it is a short
-statement that something is not the case. A tool of no known family (a domain API, an MCP
-tool) states its outcome up front: the policy's patterns are read on its first line, and a
-JSON result is data unless it is empty or carries a top-level ``error``.
+mention "error" are data; a listing of only a directory's own ``.`` and ``..`` entries is
+empty. Any other shell command's output is data too (and its empty output silent success:
+``git status --short`` on a clean tree), unless it is a short statement that something is not
+the case, or unless it stops at an interactive prompt nobody answered (an installer asking
+"Would you like ...?" with no terminal to answer it): the command ended there without doing
+its work, a failure.
+
+A tool of no known family (a domain API, an MCP tool) states its outcome up front: the
+policy's patterns are read on its first line, and a JSON result is data unless it is empty or
+carries a top-level ``error``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,15 @@ if TYPE_CHECKING:
     from otel_compaction.policy import Policy
     from otel_compaction.transcript import ResultStatus, ToolCall
 
-__all__ = ["RESULT_HEAD", "Family", "Outcome", "exit_status", "family", "judge"]
+__all__ = [
+    "RESULT_HEAD",
+    "Family",
+    "Outcome",
+    "exit_status",
+    "family",
+    "judge",
+    "unanswered_prompt",
+]
 
 # Outcomes are judged on the head of a result: an absence or a failure is stated up front,
 # and scanning megabytes of payload for "not found" only finds noise.
@@ -80,6 +94,20 @@ _SEARCH_PROGRAMS: Final = frozenset(
     }
 )  # fmt: skip
 _COMMAND_KEYS: Final = ("command", "cmd", "script")
+# A long listing's lines that name no entry of the directory: its total, and the directory
+# itself and its parent (``ls -la`` of an empty directory prints only these).
+_NO_ENTRY: Final = re.compile(r"(?m)^(?:total \d+|(?:\S.*\s)?\.{1,2})[ \t]*$")
+# Terminal control sequences (colours, cursor moves) an interactive program writes.
+_ANSI: Final = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+# An interactive prompt waiting for its answer, as the prompt libraries of installers draw
+# it ("? Would you like ...? <pointer> No / Yes", "? Pick one: (Use arrow keys)",
+# "? Continue? (y/N)"), and the check or cross mark they redraw it with once answered or
+# cancelled.
+_PROMPT: Final = re.compile(
+    r"(?mi)^[ \t]*\?[ \t]+\S[^\n]*?"
+    r"(?:[\u203a\u276f]|\(use arrow keys\)|\([yn]/[yn]\)|\[[yn]/[yn]\])"
+)
+_ANSWERED: Final = re.compile(r"[\u2714\u2713\u221a\u2716\u00d7][ \t]+\S")
 # How a call was cancelled before it ran: Claude Code cancels the parallel siblings of a call
 # that errored, and answers a call the user interrupted; Codex answers an interrupted call
 # with "aborted".
@@ -165,8 +193,12 @@ def judge(policy: Policy, status: ResultStatus, text: str, call: ToolCall | None
     if status == "error" or (code is not None and code != 0):
         return _failed(policy, body, kind)
     stripped = body.strip()
-    if not stripped or (kind == "search" and stripped in ("[]", "{}")):
-        return "absence" if kind == "search" or policy.patterns.null_result.empty else "silent"
+    if kind == "search" and (stripped in ("[]", "{}") or not _NO_ENTRY.sub("", stripped).strip()):
+        return "absence"  # nothing found, or a listing of no entry
+    if not stripped:
+        return "absence" if policy.patterns.null_result.empty else "silent"
+    if kind == "shell" and unanswered_prompt(stripped) is not None:
+        return "failure"
     if kind == "other":
         return _answered(policy, stripped)
     if kind == "read" and code == 0:
@@ -264,6 +296,21 @@ def _statement(body: str) -> str | None:
     if not lines or len(lines) > _STATEMENT_LINES or len(lines[0].split()) < 2:
         return None
     return lines[0].strip()
+
+
+def unanswered_prompt(body: str) -> str | None:
+    """The interactive prompt the output stops at, without its terminal codes: its last
+    prompt, never redrawn as answered (the program got no answer and ended there); else
+    None."""
+    if "?" not in body:
+        return None
+    plain = _ANSI.sub("", body)
+    prompts = list(_PROMPT.finditer(plain))
+    if not prompts or _ANSWERED.search(plain, prompts[-1].end()) is not None:
+        return None
+    start = prompts[-1].start()
+    end = plain.find("\n", start)
+    return plain[start : end if end >= 0 else None].strip()
 
 
 def _json(text: str) -> Any:

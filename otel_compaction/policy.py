@@ -21,12 +21,13 @@ from otel_compaction.errors import PolicyError
 from otel_compaction.patterns import Scan, check_pattern, compile_patterns
 from otel_compaction.rules.base import Severity
 from otel_compaction.rules.registry import BUILTIN_POLICIES, RULE_NAMES, RULES, severities_of
+from otel_compaction.side_effects import SideEffectTable
 
 __all__ = ["BUILTIN_POLICIES", "RULE_NAMES", "Policy", "Severity", "builtin_policy_dir"]
 
 
 _SCANS: Final = (
-    "null_regex", "error_regex", "negative_regex", "rejection_regex", "commitment_regex",
+    "null_regex", "error_regex", "rejection_regex", "commitment_regex",
     "commitment_conditional_regex", "background_id_regex", "background_done_regex",
     "transaction_begin_regex", "transaction_end_regex", "identifier_regex",
 )  # fmt: skip
@@ -188,6 +189,9 @@ class HookModes(_Model):
 
     manual: Literal["block", "warn"] = "block"
     auto: Literal["block", "warn"] = "warn"
+    reissue: Literal["ask", "deny", "off"] = "ask"
+    """What the PreToolUse hook does with a call that repeats a side effect a compaction
+    removed from context: ``ask`` the user, ``deny`` it, or let it run (``off``)."""
 
     def mode(self, trigger: str) -> Literal["block", "warn"]:
         """The mode for `trigger` (an unknown trigger is treated as automatic)."""
@@ -224,6 +228,7 @@ class Policy(_Model):
     thresholds: Thresholds = Thresholds()
     summaries: SummaryChecks = SummaryChecks()
     hooks: HookModes = HookModes()
+    side_effects: SideEffectTable = SideEffectTable()
 
     @field_validator("archived_relaxes")
     @classmethod
@@ -246,17 +251,6 @@ class Policy(_Model):
     def error_regex(self) -> Scan | None:
         """Failed-result patterns as one regex."""
         return compile_patterns(self.patterns.retry.error)
-
-    @cached_property
-    def negative_regex(self) -> Scan | None:
-        """Rejection, negative-result and failure shapes together, as one regex."""
-        return compile_patterns(
-            [
-                *self.patterns.rejection.patterns,
-                *self.patterns.null_result.patterns,
-                *self.patterns.retry.error,
-            ]
-        )
 
     @cached_property
     def rejection_regex(self) -> Scan | None:

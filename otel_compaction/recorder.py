@@ -31,7 +31,7 @@ import json
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from time import monotonic_ns
 from typing import Any, ParamSpec, TypeVar
@@ -44,9 +44,11 @@ from opentelemetry.util.types import Attributes
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.context import current_conversation_id
 from otel_compaction.ledger import Obligation, ObligationKind, ObligationLedger, ResolutionStatus
+from otel_compaction.reissue import SideEffectLog
 from otel_compaction.telemetry import semconv
 from otel_compaction.telemetry.metrics import CompactionMetrics
 from otel_compaction.telemetry.scope import capture_content_enabled, package_tracer
+from otel_compaction.transcript import ToolCall
 
 __all__ = ["ObligationHandle", "RetryChain", "ToolCallHandle", "ToolCallRecorder"]
 
@@ -234,6 +236,7 @@ class ToolCallRecorder:
         metrics: CompactionMetrics | None = None,
         capture_content: bool | None = None,
         agent_name: str | None = None,
+        side_effects: SideEffectLog | None = None,
     ) -> None:
         """Create a recorder.
 
@@ -244,8 +247,12 @@ class ToolCallRecorder:
                 resolution records its age (a tool call's duration) once.
             capture_content: record arguments and results; from the environment when None.
             agent_name: ``gen_ai.agent.name`` on every tool-call span.
+            side_effects: the side-effect ledger re-issues are judged by (the policy's
+                ``side_effects`` table decides which calls count); a new one when None.
         """
         self.ledger = ledger if ledger is not None else ObligationLedger()
+        self.side_effects = side_effects if side_effects is not None else SideEffectLog()
+        self._metrics = metrics
         self._tracer = package_tracer(tracer_provider)
         if metrics is not None:
             with internal_errors("watching the ledger's metrics"):
@@ -332,6 +339,9 @@ class ToolCallRecorder:
             except Exception as fault:
                 _STARTING_CALL_SPAN.failed(fault)
                 span = trace.INVALID_SPAN
+            if arguments is not None:
+                with internal_errors("judging a re-issue"):
+                    self._reissue(span, conversation, call_id, tool_name, arguments)
             sequence = record.sequence
             handle = ToolCallHandle(
                 self, call_id, tool_name, conversation, span, arguments, layer, sequence
@@ -364,6 +374,67 @@ class ToolCallRecorder:
         )
         handle._done = True
         return handle
+
+    def compacted(self, conversation_id: str | None, call_ids: Iterable[str]) -> None:
+        """A compaction removed the calls `call_ids` of the conversation from context: a later
+        call repeating one of their side effects is a re-issue (`compaction.reissue`)."""
+        with internal_errors("noting a compaction's side effects"):
+            self.side_effects.compacted(conversation_id or "", call_ids)
+
+    def _reissue(
+        self, span: Span, conversation: str | None, call_id: str, tool: str, arguments: Any
+    ) -> None:
+        """The span event and the counter when the call repeats a compacted-away side effect."""
+        original = self.side_effects.repeat(conversation or "", _as_call(call_id, tool, arguments))
+        if original is None:
+            return
+        span.add_event(
+            semconv.EVENT_REISSUE,
+            {
+                semconv.GEN_AI_TOOL_CALL_ID: call_id,
+                semconv.GEN_AI_TOOL_NAME: tool,
+                semconv.REISSUE_OF: original.call_id,
+                semconv.REISSUE_OUTCOME: original.outcome,
+                semconv.REISSUE_KIND: original.kind,
+            },
+        )
+        if self._metrics is not None:
+            self._metrics.reissued_calls.add(
+                1, {semconv.GEN_AI_TOOL_NAME: tool, semconv.REISSUE_KIND: original.kind}
+            )
+
+    def _take(self, handle: ToolCallHandle) -> bool:
+        """Take `handle` out of the index for its terminal resolution; False when it already
+        has one (the first wins)."""
+        self._lock.acquire()
+        try:
+            if handle._done:
+                return False
+            handle._done = True
+            waiting = self._open.get(handle._key)
+            if waiting is not None:
+                if len(waiting) == 1:
+                    if waiting[0] is handle:
+                        del self._open[handle._key]
+                elif waiting[0] is handle:
+                    del waiting[0]
+                elif handle in waiting:
+                    waiting.remove(handle)
+            if handle.layers:
+                self._unindex(handle)
+        finally:
+            self._lock.release()
+        return True
+
+    def _completed(self, handle: ToolCallHandle, status: ResolutionStatus, content: Any) -> None:
+        """Keep a call that came back in the side-effect ledger (when it has side effects)."""
+        with internal_errors("recording a side effect"):
+            self.side_effects.completed(
+                handle.conversation_id or "",
+                _as_call(handle.id, handle.name, handle.arguments),
+                "success" if status == "result" else "failure",
+                "" if content is None else _content(content),
+            )
 
     def _dropped(self, record: Obligation) -> None:
         """The ledger's bound dropped `record`: let its call go and end its span, abandoned as
@@ -673,26 +744,11 @@ class ToolCallRecorder:
     ) -> None:
         """Record the terminal resolution of `handle`, unless it already has one (the first
         wins). `claimed`: `resolve` already claimed it and took it out of the index."""
-        if not claimed:
-            self._lock.acquire()
-            try:
-                if handle._done:
-                    return
-                handle._done = True
-                waiting = self._open.get(handle._key)
-                if waiting is not None:
-                    if len(waiting) == 1:
-                        if waiting[0] is handle:
-                            del self._open[handle._key]
-                    elif waiting[0] is handle:
-                        del waiting[0]
-                    elif handle in waiting:
-                        waiting.remove(handle)
-                if handle.layers:
-                    self._unindex(handle)
-            finally:
-                self._lock.release()
+        if not claimed and not self._take(handle):
+            return
         error_type = _error_type(error) if status == "error" else None
+        if status in ("result", "error") and handle.arguments is not None:
+            self._completed(handle, status, content)
         # The ledger first (its listeners record the call's age, which is its duration), then
         # the spans, each on its own: a failing ledger or result span must not leave the call
         # span open. Both spans take the resolution's time from the ledger's record.
@@ -854,6 +910,12 @@ def _weak_listener(method: Callable[[Obligation], None]) -> Callable[[Obligation
 
 def _conversation_attrs(conversation: str | None) -> dict[str, str]:
     return {semconv.GEN_AI_CONVERSATION_ID: conversation} if conversation else {}
+
+
+def _as_call(call_id: str, tool: str, arguments: Any) -> ToolCall:
+    """A recorded call as the side-effect table reads it."""
+    text = arguments if isinstance(arguments, str) else _content(arguments)
+    return ToolCall(call_id, tool, 0, text, 0)
 
 
 def _comparable(arguments: Any) -> Any:

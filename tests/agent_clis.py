@@ -260,11 +260,13 @@ def run_process(
 
 def _base_env(root: Path) -> dict[str, str]:
     """A fresh environment rooted at ``root``: its own HOME and TMPDIR, no proxies, nothing
-    inherited but ``PATH``."""
+    inherited but ``PATH`` (and ``PYTHONPATH``, so that the hooks import the code under
+    test)."""
     home, tmp = root / "home", root / "tmp"
     home.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
-    return {
+    inherited = {name: os.environ[name] for name in ("PYTHONPATH",) if os.environ.get(name)}
+    return inherited | {
         "PATH": os.environ.get("PATH", os.defpath),
         "HOME": str(home),
         "TMPDIR": str(tmp),

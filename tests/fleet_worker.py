@@ -13,6 +13,7 @@ unset), its heartbeat every ``FLEET_HEARTBEAT_INTERVAL`` seconds, lapsing after
 * ``compact``: `GuardedCompactor.compact` (forced) of ``messages`` of ``conversation`` with a
   ``budget``, started at the wall-clock time ``at`` (so that two workers decide at once).
 * ``put`` / ``recall``: archive ``messages``; the stored bytes of ``handle`` (base64).
+* ``replay``: replay the ledger's outbox (a shared ledger); whether none waits any more.
 * ``churn``: open and resolve ``count`` tool calls of ``conversation`` (the benchmark).
 
 `FleetWorker` starts one and talks to it.
@@ -212,6 +213,8 @@ def _run(command: dict[str, Any], ledger: Any, archive: Any, gate: Any, compacto
         return archive.put(command["messages"], start=command.get("start", 0)).handle
     if op == "recall":
         return base64.b64encode(archive.recall_bytes(command["handle"])).decode("ascii")
+    if op == "replay":
+        return ledger.replay() if hasattr(ledger, "replay") else True
     if op == "churn":
         started = time.perf_counter()
         for n in range(command["count"]):

@@ -32,6 +32,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -120,13 +121,23 @@ class PostgresServer(LoopbackService):
     another database and returns its URL.
     """
 
-    def __init__(self, *, bin_dir: Path | None = None, max_connections: int = 200) -> None:
-        """Find the binaries (`find_postgres_bin` unless `bin_dir`); nothing starts yet."""
+    def __init__(
+        self,
+        *,
+        bin_dir: Path | None = None,
+        max_connections: int = 200,
+        durable_commits: bool = False,
+    ) -> None:
+        """Find the binaries (`find_postgres_bin` unless `bin_dir`); nothing starts yet.
+        `durable_commits` keeps ``synchronous_commit`` on, so that what a client saw
+        committed survives a kill of the server (off by default: the tests run faster)."""
         self.bin_dir = bin_dir if bin_dir is not None else find_postgres_bin()
+        self.durable_commits = durable_commits
         self.max_connections = max_connections
         self.port = 0
         self.directory: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        self._environment: dict[str, str] = {}
 
     @property
     def url(self) -> str:
@@ -207,7 +218,16 @@ class PostgresServer(LoopbackService):
             self.stop()
             raise RuntimeError(f"initdb failed with {initdb.returncode}:\n{output}")
         self.port = free_port()
-        log = (directory / "postgres.log").open("wb")
+        self._environment = environment
+        self._launch(timeout)
+        return self
+
+    def _launch(self, timeout: float) -> None:
+        """Start the server on the cluster and port made by `start`, and wait for it."""
+        assert self.directory is not None
+        directory, environment, user = self.directory, self._environment, _service_user()
+        data = directory / "data"
+        log = (directory / "postgres.log").open("ab")
         if user is not None:
             os.chown(directory / "postgres.log", user.pw_uid, user.pw_gid)
         try:
@@ -228,7 +248,7 @@ class PostgresServer(LoopbackService):
                         "-c",
                         "fsync=off",
                         "-c",
-                        "synchronous_commit=off",
+                        f"synchronous_commit={'on' if self.durable_commits else 'off'}",
                         "-c",
                         "full_page_writes=off",
                     ]
@@ -242,7 +262,27 @@ class PostgresServer(LoopbackService):
         finally:
             log.close()
         self._await_ready(timeout)
-        return self
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every backend it started (a crash, not a shutdown),
+        keeping the cluster for `restart`."""
+        process = self.process
+        if process is None:
+            return
+        children = _children(process.pid)
+        process.kill()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        process.wait(20)
+        deadline = time.monotonic() + 20
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Start the killed server again on the same cluster and port (crash recovery)."""
+        self.kill()
+        self._launch(timeout)
 
     def _await_ready(self, timeout: float) -> None:
         import psycopg
@@ -300,6 +340,39 @@ class PostgresServer(LoopbackService):
         directory, self.directory = self.directory, None
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from ``/proc``)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return ""
+
+
+@pytest.fixture(autouse=True)
+def _outbox_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's ledger outboxes in its own directory, never the user's state."""
+    monkeypatch.setenv("OTEL_COMPACTION_OUTBOX_DIR", str(tmp_path / "outbox"))
 
 
 @pytest.fixture(name="postgres", scope="session")

@@ -54,6 +54,35 @@ def test_audit_reports_the_duplicate_and_what_the_summary_lost(tmp_path: Path) -
     assert item.clean is False
 
 
+def test_a_reread_and_a_read_only_command_after_a_compaction_are_no_reissues(
+    tmp_path: Path,
+) -> None:
+    """Reading a file again (edited since, or not) and re-running ``git status`` repeat no
+    side effect; a push of the same branch after the compaction does."""
+    s = ClaudeSession(tmp_path / "projects" / "-home-dev-shop" / "sess-2.jsonl")
+    s.user("Fix the total and publish.")
+    s.call("toolu_1", "Read", file_path="/home/dev/shop/cart.py")
+    s.result("toolu_1", "def total(): return 0")
+    s.call("toolu_2", "Edit", file_path="/home/dev/shop/cart.py", old_string="0", new_string="1")
+    s.result("toolu_2", "The file has been updated.")
+    s.call("toolu_3", "Bash", command="git status")
+    s.result("toolu_3", "modified: cart.py")
+    s.call("toolu_4", "Bash", command="git push origin main")
+    s.result("toolu_4", "   1a..2b  main -> main")
+    s.say("Published.")
+    s.compact("The user asked for a fix.")
+    s.user("Is it published?")
+    s.call("toolu_5", "Read", file_path="/home/dev/shop/cart.py")
+    s.result("toolu_5", "def total(): return 1")
+    s.call("toolu_6", "Bash", command="git status")
+    s.result("toolu_6", "nothing to commit")
+    s.call("toolu_7", "Bash", command="git push origin main")
+    s.result("toolu_7", "Everything up-to-date")
+    s.say("Yes.")
+    [item] = audit_session(read_session(s.write())).compactions
+    assert [(r.call_id, r.duplicate_of) for r in item.reissued_after] == [("toolu_7", "toolu_4")]
+
+
 def test_a_compaction_over_running_work_is_not_closed(tmp_path: Path) -> None:
     s = ClaudeSession(tmp_path / "busy.jsonl")
     s.user("Build the release in the background.")

@@ -4,6 +4,7 @@ content-addressed spans, against a real server on loopback."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import sys
 import threading
@@ -27,7 +28,7 @@ from workers import run_in_threads
 from otel_compaction import configure
 from otel_compaction.archive import Archive
 from otel_compaction.compactor import GuardedCompactor
-from otel_compaction.errors import ArchiveError, OpenObligationError
+from otel_compaction.errors import ArchiveError, LedgerUnavailableError, OpenObligationError
 from otel_compaction.gate import CompactionGate
 from otel_compaction.ledger import Obligation, ObligationLedger, default_ledger
 from otel_compaction.stores import StoreError, redact, worker_identity
@@ -438,6 +439,25 @@ def test_the_archive_is_content_addressed_and_a_reinsert_is_idempotent(
         assert len(first) == 2
 
 
+def test_the_side_effect_ledger_is_shared_by_every_worker(postgres_url: str) -> None:
+    """A side effect one worker recorded before a compaction is the one another worker sees
+    re-issued; recording it again updates it in place."""
+    from otel_compaction.reissue import SideEffectRecord
+
+    push = SideEffectRecord(
+        "conv", 7, "toolu_1", "f" * 32, "shell:vcs", "vcs", "Bash", "git push origin main",
+        "success", "main -> main", 1_770_000_000.0, True,
+    )  # fmt: skip
+    with Archive.from_url(postgres_url) as first, Archive.from_url(postgres_url) as second:
+        first.record_side_effects([push])
+        second.record_side_effects([dataclasses.replace(push, in_context=False)])
+        [stored] = first.side_effects("conv")
+        assert stored == dataclasses.replace(push, in_context=False)
+        second.mark_asked(stored)
+        assert [r.asked for r in first.side_effects("conv")] == [True]
+        assert first.side_effects("elsewhere") == []
+
+
 def test_archive_errors_name_the_store_and_the_handle(postgres_url: str) -> None:
     with Archive.from_url(postgres_url) as archive:
         location = archive.location
@@ -587,7 +607,7 @@ def test_a_database_outage_never_breaks_the_host_agent(
         assert any("PostgreSQL failed" in r.getMessage() for r in caplog.records)
         assert any("heartbeat failed (will retry)" in r.getMessage() for r in caplog.records)
         gate = CompactionGate("default", ledger=ledger)
-        with pytest.raises(StoreError, match="PostgreSQL failed while reading a conversation"):
+        with pytest.raises(LedgerUnavailableError, match="PostgreSQL failed while"):
             gate.evaluate([{"role": "user", "content": "hi"}], 0, 1, conversation_id="conv")
         ledger.close()  # closing during an outage is logged, not raised
     finally:

@@ -45,6 +45,7 @@ REQUIRED_ALERTS = {
     "CompactionRefused",
     "CompactionSeveredObligation",
     "CompactionDuplicateToolCall",
+    "CompactionSideEffectReissued",
     "CompactionObligationOrphaned",
 }
 
@@ -367,7 +368,7 @@ def _run(program: str, *arguments: str, cwd: Path = CONFIG_DIR) -> str:
 
 def test_promtool_check_rules(promtool: str) -> None:
     output = _run(promtool, "check", "rules", str(ALERTS))
-    assert "SUCCESS: 7 rules found" in output
+    assert "SUCCESS: 8 rules found" in output
 
 
 def test_promtool_check_config(promtool: str) -> None:

@@ -73,12 +73,11 @@ def test_a_backtracking_pattern_is_stopped_and_then_switched_off(
     after MATCH_TIMEOUT, and after MAX_TIMEOUTS the list is switched off, with an error
     naming it."""
     policy = write_policy(tmp_path, "(a|aa)+(?=b)\\\\1")
-    assert policy.null_regex is not None and policy.null_regex.engine == "bounded"
-    scan = policy.negative_regex  # every negative shape in one pass: what reads each result
+    scan = policy.null_regex  # what reads each result's statement
     assert scan is not None and scan.engine == "bounded"
     gate = CompactionGate(policy, incremental=False)  # every evaluation reads every result
     caplog.set_level(logging.WARNING, logger="otel_compaction.patterns")
-    text = "a" * 60 + "c"
+    text = "a" * 60 + "c failed"  # a statement (two words): what a result's patterns read
     for _ in range(MAX_TIMEOUTS + 2):
         finishes(lambda: gate.evaluate(conversation(text), 1, 4, raise_on_refuse=False))
     assert scan.disabled
@@ -124,7 +123,6 @@ def test_the_default_policy_scans_text_on_re2() -> None:
     scans = {
         "null": policy.null_regex,
         "error": policy.error_regex,
-        "negative": policy.negative_regex,
         "rejection": policy.rejection_regex,
         "commitment": policy.commitment_regex,
         "conditional": policy.commitment_conditional_regex,

@@ -124,8 +124,9 @@ def test_exact_counts_per_kind(tmp_path: Path) -> None:
 
 
 def test_unlabelled_detections_are_counted_not_scored(tmp_path: Path) -> None:
-    # Only the success is labelled: the three negatives the rule finds (the two declined
-    # bookings and the empty search) are counted as unlabelled, score nothing, and are listed.
+    # Only the success is labelled: the three negatives (the two declined bookings, the first
+    # held by its repeat, and the empty search) are counted as unlabelled, score nothing, and
+    # are listed.
     labels = _write(tmp_path, ITEMS[7:8])
     loader = precision.Loader(tmp_path, Policy.load("default").compile(), tmp_path / "handmade")
     evaluation = precision.evaluate(precision.load_items([labels]), loader)
@@ -161,3 +162,44 @@ def test_a_sidechain_thread_is_the_records_leading_back_to_its_first(tmp_path: P
     assert [r["uuid"] for r in precision._thread(path, "a1")] == ["a1", "a2", "a3"]
     with pytest.raises(precision.LabelError, match="no sidechain thread"):
         precision._thread(path, "m1")
+
+
+def test_a_background_task_is_keyed_by_the_call_that_launched_it() -> None:
+    # The rule names a task by its handle and its tool; the item anchors on the launching call.
+    from otel_compaction.analysis import Analysis
+    from otel_compaction.transcript import Transcript
+
+    messages = [
+        {"role": "user", "content": "Start the dev server."},
+        _call("b1", "Bash", {"command": "npm run dev", "run_in_background": True}),
+        {"role": "tool", "tool_call_id": "b1", "content": "Running in background with ID: bash_1"},
+    ]
+    t = Transcript.parse(messages)
+    (task,) = Analysis.build(t, Policy.load("default").compile()).facts["open_background_task"]
+    assert precision.tracked_key(t, task) == ("background", ("call", 0))
+
+
+def test_a_call_discharged_abandoned_counts_as_open_at_the_end() -> None:
+    # The user stopped the run; the next run's call was answered: the first call never will be.
+    from otel_compaction.analysis import Analysis
+    from otel_compaction.transcript import Transcript
+
+    messages = [
+        {"role": "user", "content": "Export the invoices."},
+        _call("e1", "export_invoices", {"month": "2025-09"}),
+        {"role": "user", "content": "Stop. How many are unpaid?"},
+        _call("c1", "count_invoices", {"status": "unpaid"}),
+        {"role": "tool", "tool_call_id": "c1", "content": '{"count": 7}'},
+    ]
+    t = Transcript.parse(messages)
+    conversation = precision.Conversation(
+        "ended", t, Analysis.build(t, Policy.load("default").compile())
+    )
+    assert list(precision.detections(conversation)["open_call"]) == [("call", 0)]
+
+
+def test_a_negative_repeated_by_the_same_call_is_held_by_its_latest(tmp_path: Path) -> None:
+    # null_result keeps only the second declined booking; the first is held by it.
+    first = _item("negative", {"call_id": "c1", "occurrence": 0}, True, "declined")
+    rows, _ = _evaluate(tmp_path, [first])
+    assert (rows["negative"].tp, rows["negative"].fn) == (1, 0)

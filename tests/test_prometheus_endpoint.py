@@ -35,6 +35,7 @@ EXPOSED = {
     "compaction_decisions_total": "counter",
     "compaction_deferral_held_tokens_total": "counter",
     "compaction_tool_calls_duplicate_total": "counter",
+    "compaction_tool_calls_reissued_total": "counter",
     "compaction_obligations_severed_total": "counter",
     "compaction_ledger_overflow_total": "counter",
     "compaction_sources_disagreements_total": "counter",
@@ -117,6 +118,7 @@ def _record_everything(result: Telemetry) -> None:
         ]
         gate.evaluate(severed, 1, 4, raise_on_refuse=False)
     result.metrics.duplicate_calls.add(1, {semconv.GEN_AI_TOOL_NAME: "restart"})
+    result.metrics.reissued_calls.add(1, {semconv.GEN_AI_TOOL_NAME: "Bash"})
     result.metrics.ledger_overflow.add(1, {semconv.OBLIGATION_KIND: "tool_call"})
     result.metrics.record_disagreement("langgraph", "source_open", "tool_call")
 

@@ -43,6 +43,16 @@ def _verdict(name: str, arguments: dict[str, Any], text: str, error: bool = Fals
 
 
 READ = {"file_path": "/srv/app/errors.py"}
+LONG_LISTING = (
+    "total 0\ndrwxr-xr-x  2 u s   64 Sep  3 09:47 .\ndrwxr-xr-x 39 u s 1248 Sep  3 09:47 .."
+)
+# An installer's prompt as a prompt library draws it with no terminal to answer it, and one
+# redrawn as answered.
+PROMPT = "\x1b[36m?\x1b[39m \x1b[1mUse a src/ directory?\x1b[22m \x1b[90m\u203a\x1b[39m No / Yes"
+ANSWERED = (
+    "\x1b[36m?\x1b[39m Use Turbopack? \u203a No / Yes\x1b[2K\x1b[1G"
+    "\x1b[32m\u2714\x1b[39m Use Turbopack? \u2026 No / Yes"
+)
 CODE = "     1\tclass NotFoundError(Exception):\n     2\t    raise KeyError(':not_found')\n"
 CASES = [
     # Not negatives: the data a call returned may mention anything.
@@ -55,6 +65,12 @@ CASES = [
     ("Bash", {"command": "ls src"}, "errors\nerror.ts\nnot_found.py", False, "success"),
     ("Grep", {"pattern": "raise"}, "src/a.py:3: raise KeyError('not found')", False, "success"),
     ("Bash", {"command": "git status --short"}, "", False, "silent"),  # ran, said nothing
+    ("Bash", {"command": "ls -la src"}, LONG_LISTING + "\n-rw-r--r-- 1 u s 9 Sep 3 09:47 a.ts",
+     False, "success"),  # one entry beside . and ..
+    ("Bash", {"command": "npx create-app web"}, ANSWERED + "\nCreating a new app in /srv/web."
+     "\nInstalling dependencies:\n- react\n- next\nDone.", False, "success"),  # answered
+    ("Bash", {"command": "go test ./..."}, "?   \texample.com/x\t[no test files]\n"
+     "ok  \texample.com/y\t0.01s", False, "success"),  # a "?" line that is no prompt
     # Cancelled: it never ran, so it says nothing about its subject (and is no success).
     ("Bash", {"command": "npm test"}, "<tool_use_error>Sibling tool call errored</tool_use_error>",
      True, "cancelled"),
@@ -79,6 +95,14 @@ CASES = [
     ("Glob", {"pattern": "README.md"}, "No files found", False, "absence negative"),
     ("Grep", {"pattern": "legacy"}, "No matches found", False, "absence negative"),
     ("Bash", {"command": "find . -name '*.md' | head"}, "", False, "absence negative"),  # empty
+    ("Bash", {"command": "ls -la src/hooks"}, LONG_LISTING, False,
+     "absence negative"),  # only the directory itself and its parent: empty
+    ("Bash", {"command": "ls -a src/hooks"}, ".\n..", False, "absence negative"),
+    ("Bash", {"command": "npx create-app web"}, PROMPT + "\nnpm warn exec The following "
+     "package was not found and will be installed: create-app@1", False,
+     "failure negative"),  # stopped at a prompt nobody answered: nothing was created
+    ("Bash", {"command": "echo | npx create-app web"}, ANSWERED + "\n" + PROMPT, False,
+     "failure negative"),  # the first answered, the next one not
     ("Bash", {"command": "grep -rn legacy src"}, "Exit code 1", True, "absence negative"),
     ("Bash", {"command": "tree t || find t | sort"}, "find: 't': No such file or directory",
      False, "absence negative"),
@@ -111,14 +135,33 @@ def test_a_transient_failure_a_retry_got_past_is_no_negative() -> None:
     assert analysis.negatives == []
 
 
-def test_a_sandbox_failure_retried_with_escalation_is_no_negative() -> None:
+def test_a_sandbox_failure_retried_the_same_way_is_no_negative() -> None:
+    command = {"command": "Get-Content a.md", "workdir": "C:\\r"}
+    analysis = _analysis(
+        ("shell_command", command, "execution error: Io(sandbox: runner error)", False),
+        ("shell_command", {**command, "justification": "again"},
+         "Exit code: 0\nWall time: 1 seconds\nOutput:\nhi", False),
+    )  # fmt: skip
+    assert analysis.negatives == []
+
+
+def test_a_sandbox_failure_retried_with_escalation_stands() -> None:
+    # The escalated retry is another way to run it: the failure is why later commands escalate.
     command = {"command": "Get-Content a.md", "workdir": "C:\\r"}
     analysis = _analysis(
         ("shell_command", command, "execution error: Io(sandbox: runner error)", False),
         ("shell_command", {**command, "sandbox_permissions": "require_escalated",
          "justification": "read it"}, "Exit code: 0\nWall time: 1 seconds\nOutput:\nhi", False),
     )  # fmt: skip
-    assert analysis.negatives == []
+    assert [(n.message_index, n.outcome) for n in analysis.negatives] == [(2, "failure")]
+
+
+def test_a_timeout_retried_with_a_longer_timeout_stands() -> None:
+    analysis = _analysis(
+        ("Bash", {"command": "npm ci", "timeout": 60000}, "Command timed out after 1m", True),
+        ("Bash", {"command": "npm ci", "timeout": 600000}, "added 312 packages", False),
+    )
+    assert [n.message_index for n in analysis.negatives] == [2]
 
 
 def test_a_test_failure_fixed_later_is_still_a_negative() -> None:
@@ -149,3 +192,10 @@ def test_a_cancelled_sibling_supersedes_nothing_and_is_no_negative() -> None:
 def test_an_empty_failure_is_named_by_its_exit_code() -> None:
     analysis = _analysis(("Bash", {"command": "make"}, "Exit code 2", True))
     assert [n.text for n in analysis.negatives] == ["exit code 2"]
+
+
+def test_a_prompt_nobody_answered_is_named_in_the_excerpt() -> None:
+    analysis = _analysis(("Bash", {"command": "npx create-app web"}, PROMPT, False))
+    assert [n.text for n in analysis.negatives] == [
+        "stopped at a prompt nobody answered: ? Use a src/ directory? \u203a No / Yes"
+    ]

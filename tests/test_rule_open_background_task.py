@@ -130,3 +130,34 @@ def test_compact_or_force_never_abandons_a_running_task() -> None:
         )
     assert [(r.kind, r.id) for r in refused.value.obligations] == [("background_task", "bash_2")]
     assert compactor.ledger.snapshot("bg-1").obligations == ()  # nothing recorded abandoned
+
+
+NOTIFICATION = (
+    "<task-notification>\n<task-id>b7k2m9</task-id>\n<status>completed</status>\n"
+    '<summary>Background command "Run the tests" completed (exit code 0)</summary>\n'
+    "</task-notification>"
+)
+
+
+def background_tests(s: Script) -> None:
+    """Claude Code 2.x: a background run whose end the runtime reports in a notification."""
+    s.user("Run the tests in the background.")
+    s.call(Call("b1", "Bash", {"command": "pytest -q", "run_in_background": True}))
+    s.result("b1", "Command running in background with ID: b7k2m9")
+
+
+def test_a_task_whose_completion_notification_arrived_is_closed_there() -> None:
+    s = Script(ANTHROPIC)
+    background_tests(s)
+    s.say("Waiting for the test run.")
+    notified = s.user(NOTIFICATION)
+    assert tasks(s) == [("b7k2m9", 2, notified, "finished")]
+
+
+def test_a_later_result_naming_it_done_does_not_move_the_close_past_the_notification() -> None:
+    s = Script(ANTHROPIC)
+    background_tests(s)
+    notified = s.user(NOTIFICATION)
+    s.call(Call("r1", "Bash", {"command": "cat /tmp/tasks/b7k2m9.output"}))
+    s.result("r1", "b7k2m9: 4 passed, run completed")
+    assert tasks(s) == [("b7k2m9", 2, notified, "finished")]

@@ -318,3 +318,15 @@ def test_a_probe_retried_only_later_is_found_by_a_growing_conversation_as_by_a_f
     s.call(Call("b2", "Bash", {"command": "cd /repo && ls -la types/"}))
     s.result("b2", "index.ts")
     assert grow_and_compare(s.messages, Policy.load("default")) == len(s.messages)
+
+
+def test_an_installer_stopped_at_a_prompt_nobody_answered_is_retried_by_the_rerun() -> None:
+    # No error flag: the output ends at the prompt (no terminal answered it), nothing created.
+    s = Script(ANTHROPIC)
+    s.user("Create the Next.js app.")
+    create = "npx create-next-app@latest web --ts"
+    s.call(Call("b1", "Bash", {"command": create}))
+    stuck = s.result("b1", "\x1b[36m?\x1b[39m Use a src/ directory? \u203a No / Yes")
+    s.call(Call("b2", "Bash", {"command": create, "description": "accept defaults"}))
+    done = s.result("b2", "\u2714 Use Turbopack? \u2026 No\nCreating a new Next.js app in /w/web.")
+    assert chains(s) == [(stuck, done, "succeeded")]

@@ -29,7 +29,14 @@ from otel_compaction.hooks.run import home_of
 
 __all__ = ["EVENTS", "Options", "command", "install", "settings_path", "uninstall"]
 
-EVENTS: Final = (("PreCompact", ""), ("PostCompact", ""), ("SessionStart", "compact"))
+REISSUE_TOOLS: Final = "Bash|Write|Edit|MultiEdit|NotebookEdit|apply_patch|mcp__.*"
+"""The tools the PreToolUse hook runs for (a regular expression on the tool's name, as both
+CLIs match it): those that can have side effects, so that a read costs no hook process. The
+policy's ``side_effects`` table decides, call by call, which of their calls do."""
+EVENTS: Final = (
+    ("PreCompact", ""), ("PostCompact", ""), ("SessionStart", "compact"),
+    ("PreToolUse", REISSUE_TOOLS),
+)  # fmt: skip
 """The events hooked, each with its matcher (SessionStart only after a compaction)."""
 _MARK: Final = "otel_compaction hook "
 

@@ -3,15 +3,19 @@ negative, or its absence reads as "never searched" (seed 2).
 
 A negative says something was not the case: an absence (not found, no matches, an empty
 search result), a failure, or a rejection (see `otel_compaction.outcomes` for how a result is
-judged). A command that succeeded with no output is silent success, and a call cancelled
-before it ran (a parallel sibling errored, the user interrupted) taught nothing about its
-subject: neither is a negative. Tools whose output means nothing (a scratchpad) are ignored.
+judged; a command that stopped at a prompt nobody answered failed). A command that succeeded
+with no output is silent success, and a call cancelled before it ran (a parallel sibling
+errored, the user interrupted) taught nothing about its subject: neither is a negative.
+Tools whose output means nothing (a scratchpad) are ignored.
 
-A later answer to the same call (the same tool, with the same arguments but for how it is
-run: a description, a timeout, a sandbox permission) supersedes a transient failure (a
-timeout, a 503, a sandbox that could not start the command): the retry got past it. Any other
-negative stands (a test that failed before a fix still failed), unless the same call answers
-negatively again: then only the latest of them is kept.
+A later answer to the same call (the same tool, with the same arguments but for the words
+that only describe it: a description, a justification) supersedes a transient failure (a
+timeout, a 503, a sandbox that could not start the command): the retry got past it. A retry
+that changed how the call runs (a longer timeout, escalated sandbox permissions) is another
+call: the failure is what taught that change (every later command of a session whose sandbox
+runner fails runs escalated), so it stands. Any other negative stands too (a test that failed
+before a fix still failed), unless the same call answers negatively again: then only the
+latest of them is kept.
 """
 
 from __future__ import annotations
@@ -20,20 +24,16 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Final
 
-from otel_compaction.outcomes import RESULT_HEAD, exit_status
+from otel_compaction.outcomes import RESULT_HEAD, exit_status, unanswered_prompt
 from otel_compaction.rules.base import Discharge, Finding, ObligationRef, Rule, SpanView
 
 if TYPE_CHECKING:
     from otel_compaction.analysis import Analysis, Negative
     from otel_compaction.transcript import ToolCall
 
-# Arguments that say how a call is run, not what it does: a retry may change them.
-_RUN_OPTIONS: Final = frozenset(
-    {
-        "description", "justification", "timeout", "timeout_ms", "sandbox_permissions",
-        "with_escalated_permissions", "prefix_rule", "yield_time_ms", "max_output_tokens",
-    }
-)  # fmt: skip
+# Arguments that change neither what a call does nor how it runs (its words for the reader,
+# how much of its output comes back): a retry may change them and still be the same call.
+_DESCRIPTIVE: Final = frozenset({"description", "justification", "max_output_tokens"})
 
 
 # A failure of the moment, which the same call may get past when retried: a timeout, a rate
@@ -80,7 +80,7 @@ def scan(analysis: Analysis) -> list[Negative]:
         if outcome == "cancelled":
             continue  # it never ran: it answers nothing
         call = transcript.call_of(result)
-        key = (call.name, _asked(call)) if call is not None else None
+        key = (call.name, asked(call)) if call is not None else None
         negative = outcome in NEGATIVE_OUTCOMES
         if key is not None:
             earlier = fold.latest.pop(key, None)
@@ -104,14 +104,16 @@ def scan(analysis: Analysis) -> list[Negative]:
     return list(fold.found.values())
 
 
-def _asked(call: ToolCall) -> str:
-    """What `call` asks, in one canonical form: its arguments but for how it is run."""
+def asked(call: ToolCall) -> str:
+    """What `call` asks and how it runs, in one canonical form: its arguments but for those
+    that only describe it. Two calls with the same tool and the same `asked` are one call
+    made again (its latest negative answer stands for the earlier ones)."""
     try:
         value: Any = json.loads(call.arguments)
     except (TypeError, ValueError):
         return " ".join(call.arguments.split())
     if isinstance(value, dict):
-        value = {k: v for k, v in value.items() if k not in _RUN_OPTIONS}
+        value = {k: v for k, v in value.items() if k not in _DESCRIPTIVE}
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
@@ -123,6 +125,9 @@ def _excerpt(analysis: Analysis, text: str) -> str:
     flat = " ".join(body.split())
     if not flat and code:
         return f"exit code {code}"
+    prompt = unanswered_prompt(body)
+    if prompt is not None:
+        return f"stopped at a prompt nobody answered: {prompt[:160]}"
     policy = analysis.policy
     for regex in (policy.rejection_regex, policy.null_regex, policy.error_regex):
         match = regex.search(flat) if regex is not None else None

@@ -54,9 +54,10 @@ def _launched(arguments: str, flags: list[str]) -> bool:
 
 @dataclass(slots=True)
 class _Task:
-    """One background task: where a result names it done (final once found) and, failing
-    that, the first notice of the runtime's that does. A session (``session``) is named only
-    by the arguments of the calls that poll it, and done only when one says it exited."""
+    """One background task: where a result first names it done and where a notice of the
+    runtime's first does (the earlier of them is its end, final once found). A session
+    (``session``) is named only by the arguments of the calls that poll it, and done only when
+    one says it exited."""
 
     ordinal: int  # of the launching call: tasks are kept in call order
     call: str
@@ -139,29 +140,31 @@ def _flagged(fold: _Tasks, analysis: Analysis) -> None:
 
 
 def _follow(task: _Task, analysis: Analysis) -> None:
-    """Read the results (and the runtime's notices) since last time for the task's end."""
+    """Read the results and the runtime's notices since last time for the task's end (the
+    first of each: both are read over the same messages, so the earlier of them is its end)."""
+    if task.by_result is not None or task.by_entry is not None:
+        return
     transcript = analysis.transcript
     results, entries = transcript.results, transcript.entries
     done = analysis.policy.background_done_regex
-    if task.by_result is None:
-        kill_tools = analysis.policy.patterns.background.kill_tools
-        ended = _SESSION_EXITED if task.session else done
-        for later in results[task.next_result :]:
-            asked = transcript.call_of(later)
-            about = (not task.session and task.named.search(later.text)) or (
-                asked is not None and task.named.search(asked.arguments)
-            )
-            if not about:
-                continue
-            if asked is not None and asked.name in kill_tools:
-                task.by_result = (later.message_index, "stopped")
-                break
-            text = later.text
-            if ended is not None and ended.search(text) and not _STILL_RUNNING.search(text):
-                task.by_result = (later.message_index, "finished")
-                break
-        task.next_result = len(results)
-    if task.by_result is None and task.by_entry is None and done is not None and not task.session:
+    kill_tools = analysis.policy.patterns.background.kill_tools
+    ended = _SESSION_EXITED if task.session else done
+    for later in results[task.next_result :]:
+        asked = transcript.call_of(later)
+        about = (not task.session and task.named.search(later.text)) or (
+            asked is not None and task.named.search(asked.arguments)
+        )
+        if not about:
+            continue
+        if asked is not None and asked.name in kill_tools:
+            task.by_result = (later.message_index, "stopped")
+            break
+        text = later.text
+        if ended is not None and ended.search(text) and not _STILL_RUNNING.search(text):
+            task.by_result = (later.message_index, "finished")
+            break
+    task.next_result = len(results)
+    if done is not None and not task.session:
         # The runtime may also report it in its own message (a notification).
         for entry in entries[task.next_entry :]:
             if entry.text and task.named.search(entry.text) and done.search(entry.text):
@@ -182,12 +185,9 @@ def scan(analysis: Analysis) -> list[Tracked]:
     for task in fold.tasks:
         _follow(task, analysis)
         resolved: int | None
-        if task.by_result is not None:
-            resolved, status = task.by_result
-        elif task.by_entry is not None:
+        resolved, status = task.by_result or (None, "open")
+        if task.by_entry is not None and (resolved is None or task.by_entry < resolved):
             resolved, status = task.by_entry, "finished"
-        else:
-            resolved, status = None, "open"
         out.append(
             Tracked(
                 "open_background_task", "background_task", task.task, task.call,

@@ -21,6 +21,9 @@ Guarantees:
   object, a message record without a usable message, an empty file or a file in neither format
   raise `TranscriptError` naming the file and the line; record types the reader does not know
   are skipped, so newer CLI versions stay readable.
+* **Live logs.** A CLI appends to its log while a hook reads it: the log is read as it was when
+  opened (never waiting for the writer), and an unterminated last line that is not whole JSON
+  is the record being written, not damage: it is left out. FIFOs and devices are refused.
 * **Nothing copied needlessly.** Content blocks are shared with the records they come from;
   the readers never modify a record.
 """
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from otel_compaction.errors import TranscriptError
+from otel_compaction.inputs import MAX_INPUT_BYTES, read_log
 from otel_compaction.transcript import Transcript
 
 __all__ = [
@@ -135,18 +139,11 @@ def parse_session(records: Sequence[Mapping[str, Any]], path: str = "<input>") -
     return _parse([(number, record) for number, record in enumerate(records, start=1)], path)
 
 
-def read_session(path: str | Path) -> Session:
-    """Read a Claude Code or Codex session log; `TranscriptError` names the file and line of
-    anything unusable (blank lines are allowed and keep the numbering)."""
-    name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise TranscriptError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise TranscriptError(f"{name}: is a directory, not a session log") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TranscriptError(f"{name}: cannot read: {exc}") from None
+def read_session(path: str | Path, *, limit: int = MAX_INPUT_BYTES) -> Session:
+    """Read a Claude Code or Codex session log, as it was when opened (`read_log`: a regular
+    file of at most `limit` bytes); `TranscriptError` names the file and line of anything
+    unusable (blank lines are allowed and keep the numbering)."""
+    text, name = read_log(path, limit=limit)
     return _parse(_records(text, name), name)
 
 
@@ -183,7 +180,8 @@ def _records(text: str, name: str) -> list[Record]:
     append = records.append
     # Only "\n" ends a record: JSON text may hold U+2028 and other characters that
     # str.splitlines would also split on.
-    for number, line in enumerate(text.split("\n"), start=1):
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
         # Nearly every line is one JSON value and nothing else: the decoder's raw_decode
         # reads it without json.loads' checks around it. Anything else (a blank or padded
         # line, damage) goes the way of json.loads, which says what is wrong.
@@ -194,8 +192,8 @@ def _records(text: str, name: str) -> list[Record]:
         if end == len(line):
             append((number, value))
             continue
-        if not line.strip():
-            continue
+        if not line.strip() or number == len(lines):
+            continue  # blank, or the unterminated last line: a record still being written
         try:
             append((number, json.loads(line)))
         except json.JSONDecodeError as exc:

@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final, Literal, NoReturn
 
 import psycopg
 from psycopg import sql
@@ -69,6 +69,7 @@ from otel_compaction.ledger import (
     ResolutionStatus,
 )
 from otel_compaction.stores import StoreError, redact, worker_identity
+from otel_compaction.stores.outbox import DEFAULT_OUTBOX_LIMIT, Outbox, default_outbox_dir
 
 __all__ = [
     "DEFAULT_HEARTBEAT_INTERVAL",
@@ -96,6 +97,8 @@ _OBLIGATIONS: Final = "otel_compaction_obligations"
 _WORKERS: Final = "otel_compaction_workers"
 _COMPACTIONS: Final = "otel_compaction_compactions"
 _SPANS: Final = "otel_compaction_archived_spans"
+_APPLIED: Final = "otel_compaction_outbox_applied"
+_SIDE_EFFECTS: Final = "otel_compaction_side_effects"
 
 _LEDGER_SCHEMA: Final = f"""
 CREATE TABLE IF NOT EXISTS {_OBLIGATIONS} (
@@ -132,6 +135,10 @@ CREATE TABLE IF NOT EXISTS {_COMPACTIONS} (
     compacted_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (conversation_id, fingerprint)
 );
+CREATE TABLE IF NOT EXISTS {_APPLIED} (
+    write_id   text PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
 """
 
 _ARCHIVE_SCHEMA: Final = f"""
@@ -150,6 +157,22 @@ CREATE TABLE IF NOT EXISTS {_SPANS} (
     stored          bigserial
 );
 CREATE INDEX IF NOT EXISTS {_SPANS}_conversation ON {_SPANS} (conversation_id, span_start);
+CREATE TABLE IF NOT EXISTS {_SIDE_EFFECTS} (
+    conversation_id text NOT NULL,
+    sequence        integer NOT NULL,
+    call_id         text NOT NULL,
+    fingerprint     text NOT NULL,
+    scope           text NOT NULL,
+    kind            text NOT NULL,
+    tool            text NOT NULL,
+    target          text NOT NULL,
+    outcome         text NOT NULL,
+    result          text NOT NULL,
+    completed_at    double precision,
+    in_context      integer NOT NULL,
+    asked           integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (conversation_id, sequence, call_id)
+);
 """
 
 _RECORD_COLUMNS: Final = (
@@ -255,6 +278,82 @@ def _record(row: Sequence[Any]) -> Obligation:
     )
 
 
+def _open(conn: Connection, conversation_id: str, write: dict[str, Any]) -> tuple[Obligation, bool]:
+    """Apply an open: the record, and whether it is new (False: it was open already)."""
+    key = (conversation_id, write["kind"], write["id"])
+    while True:
+        row = conn.execute(
+            f"INSERT INTO {_OBLIGATIONS} (conversation_id, kind, obligation_id, name, "
+            "owner, opened_at_ns) VALUES (%s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (conversation_id, kind, obligation_id) WHERE status IS NULL "
+            f"DO NOTHING RETURNING {_RECORD_COLUMNS}",
+            (*key, write["name"], write["owner"], write["at"]),
+        ).fetchone()
+        if row is not None:
+            return _record(row), True
+        existing = conn.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM {_OBLIGATIONS} WHERE conversation_id = %s "
+            "AND kind = %s AND obligation_id = %s AND status IS NULL",
+            key,
+        ).fetchone()
+        if existing is not None:
+            return _record(existing), False
+        # resolved between the two statements: open it anew
+
+
+def _resolve(conn: Connection, conversation_id: str, write: dict[str, Any]) -> Sequence[Any] | None:
+    """Apply a resolution: the resolved row, or None when nothing of that id was open."""
+    return conn.execute(
+        f"UPDATE {_OBLIGATIONS} SET status = %s, error_type = %s, resolved_at_ns = %s, "
+        "resolved_by = %s WHERE conversation_id = %s AND kind = %s "
+        f"AND obligation_id = %s AND status IS NULL RETURNING {_RECORD_COLUMNS}",
+        (
+            write["status"],
+            write["error_type"],
+            write["at"],
+            write["owner"],
+            conversation_id,
+            write["kind"],
+            write["id"],
+        ),
+    ).fetchone()
+
+
+def _rekey(conn: Connection, conversation_id: str, write: dict[str, Any]) -> Sequence[Any] | None:
+    """Apply a renaming: the renamed row, or None when `id` is not open or `new_id` is."""
+    try:
+        with conn.transaction():
+            return conn.execute(
+                f"UPDATE {_OBLIGATIONS} SET obligation_id = %s WHERE conversation_id = %s "
+                "AND kind = %s AND obligation_id = %s AND status IS NULL "
+                f"RETURNING {_RECORD_COLUMNS}",
+                (write["new_id"], conversation_id, write["kind"], write["id"]),
+            ).fetchone()
+    except psycopg.errors.UniqueViolation:
+        return None
+
+
+_APPLY: Final = {"open": _open, "resolve": _resolve, "rekey": _rekey}
+
+
+def _replay(conn: Connection, write_id: str, conversation_id: str, write: dict[str, Any]) -> None:
+    """Apply one write of an outbox unless the store applied it already, in one transaction
+    with the note that it did."""
+    with conn.transaction():
+        fresh = conn.execute(
+            f"INSERT INTO {_APPLIED} (write_id) VALUES (%s) ON CONFLICT DO NOTHING RETURNING 1",
+            (write_id,),
+        ).fetchone()
+        if fresh is not None:
+            _APPLY[write["op"]](conn, conversation_id, write)
+
+
+def _outage(error: StoreError) -> bool:
+    """Whether `error` is the store being unreachable (worth queueing for), not a fault of
+    the write itself."""
+    return isinstance(error.__cause__, psycopg.OperationalError | psycopg.InterfaceError)
+
+
 class _PostgresTurn(DecisionTurn):
     """A decision turn holding the conversation's advisory lock in `conn`'s transaction."""
 
@@ -306,9 +405,12 @@ class PostgresLedger(ObligationLedger):
         max_open: int = 10_000,
         on_overflow: Callable[[Obligation], None] | None = None,
         on_change: Callable[[Obligation, Obligation | None], None] | None = None,
+        outbox: str | Path | Literal[False] | None = None,
+        outbox_limit: int = DEFAULT_OUTBOX_LIMIT,
     ) -> None:
-        """Connect, create the tables if needed, register this worker and start its
-        heartbeat.
+        """Connect, create the tables if needed, register this worker, start its heartbeat
+        and replay what the outbox holds (this worker's, and any a dead worker on this host
+        left behind for the same store).
 
         Args:
             url: the libpq URL of the database (``postgresql://USER@HOST:PORT/DATABASE``).
@@ -322,6 +424,9 @@ class PostgresLedger(ObligationLedger):
                 API (the store is on disk, nothing is evicted).
             on_overflow: as for `ObligationLedger` (never called: nothing is evicted).
             on_change: as for `ObligationLedger`, for what this worker does.
+            outbox: the directory of the outbox (`default_outbox_dir` when None); False
+                switches it off, and then a write during an outage raises `StoreError`.
+            outbox_limit: the writes the outbox holds at most.
 
         Raises:
             StoreError: the database cannot be reached or its tables created.
@@ -348,6 +453,16 @@ class PostgresLedger(ObligationLedger):
         self._reported: set[tuple[str, str, str, int]] = set()
         self._local = threading.local()
         self._pool.create_schema(_LEDGER_SCHEMA)
+        self._replaying = threading.RLock()
+        self._outbox: Outbox | None = None
+        self._adopted: list[Outbox] = []
+        if outbox is not False:
+            directory = default_outbox_dir() if outbox is None else Path(outbox)
+            self._outbox = Outbox(directory, redact(url), self._owner, limit=outbox_limit)
+            self._adopted = [
+                Outbox(directory, redact(url), self._owner, path=path)
+                for path in self._outbox.orphaned_files()
+            ]
         with self._pool.connection("registering the worker") as conn:
             conn.execute(
                 f"INSERT INTO {_WORKERS} (owner, host, pid, heartbeat_at) "
@@ -366,6 +481,7 @@ class PostgresLedger(ObligationLedger):
             target=self._beat, name=f"otel-compaction heartbeat {self._owner}", daemon=True
         )
         self._heartbeat.start()
+        self.replay()
 
     @property
     def owner(self) -> str:
@@ -401,6 +517,7 @@ class PostgresLedger(ObligationLedger):
         while not self._stopped.wait(self.heartbeat_interval):
             try:
                 self.heartbeat()
+                self.replay()
             except Exception as error:  # the thread must outlive a database outage
                 if not failing:
                     _log.warning("otel-compaction: heartbeat failed (will retry): %s", error)
@@ -424,6 +541,18 @@ class PostgresLedger(ObligationLedger):
                 )
         except StoreError as error:
             _log.warning("otel-compaction: %s", error)
+        with contextlib.suppress(StoreError):
+            self.replay()
+        if self._outbox is not None:
+            if len(self._outbox):
+                _log.warning(
+                    "otel-compaction: %d ledger writes wait in %s; the next worker on this "
+                    "host replays them",
+                    len(self._outbox),
+                    self._outbox.path,
+                )
+            for outbox in (*self._adopted, self._outbox):
+                outbox.close()
         self._pool.close()
 
     # -- the ledger's API ------------------------------------------------------------------
@@ -440,27 +569,21 @@ class PostgresLedger(ObligationLedger):
         conversation, kind and id is already open (a retried event), return that one and
         change nothing."""
         conversation_id = conversation_id or DEFAULT_CONVERSATION
-        key = (conversation_id, kind, obligation_id)
-        with self._pool.connection("opening an obligation") as conn:
-            while True:
-                row = conn.execute(
-                    f"INSERT INTO {_OBLIGATIONS} (conversation_id, kind, obligation_id, name, "
-                    "owner, opened_at_ns) VALUES (%s, %s, %s, %s, %s, %s) "
-                    "ON CONFLICT (conversation_id, kind, obligation_id) WHERE status IS NULL "
-                    f"DO NOTHING RETURNING {_RECORD_COLUMNS}",
-                    (*key, name, self._owner, time.time_ns()),
-                ).fetchone()
-                if row is not None:
-                    break
-                existing = conn.execute(
-                    f"SELECT {_RECORD_COLUMNS} FROM {_OBLIGATIONS} WHERE conversation_id = %s "
-                    "AND kind = %s AND obligation_id = %s AND status IS NULL",
-                    key,
-                ).fetchone()
-                if existing is not None:
-                    return _record(existing)
-                # resolved between the two statements: open it anew
-        record = _record(row)
+        opened_at = time.time_ns()
+        write = {"op": "open", "kind": kind, "id": obligation_id, "name": name,
+                 "owner": self._owner, "at": opened_at}  # fmt: skip
+        if self._queued(conversation_id, write):
+            record = Obligation(kind, obligation_id, name, conversation_id, -1, opened_at)
+        else:
+            try:
+                with self._pool.connection("opening an obligation") as conn:
+                    record, new = _open(conn, conversation_id, write)
+            except StoreError as error:
+                self._queue(conversation_id, write, error)
+                record = Obligation(kind, obligation_id, name, conversation_id, -1, opened_at)
+            else:
+                if not new:
+                    return record
         self._kinds.add(kind)
         if self._change_listeners:
             self._notify(record, None, ())
@@ -479,21 +602,23 @@ class PostgresLedger(ObligationLedger):
         nothing changed) when none is open: already resolved, by a retried event or by
         another worker."""
         conversation_id = conversation_id or DEFAULT_CONVERSATION
-        with self._pool.connection("resolving an obligation") as conn:
-            row = conn.execute(
-                f"UPDATE {_OBLIGATIONS} SET status = %s, error_type = %s, resolved_at_ns = %s, "
-                "resolved_by = %s WHERE conversation_id = %s AND kind = %s "
-                f"AND obligation_id = %s AND status IS NULL RETURNING {_RECORD_COLUMNS}",
-                (
-                    status,
-                    error_type,
-                    time.time_ns(),
-                    self._owner,
-                    conversation_id,
-                    kind,
-                    obligation_id,
-                ),
-            ).fetchone()
+        at = time.time_ns()
+        write = {"op": "resolve", "kind": kind, "id": obligation_id, "status": status,
+                 "error_type": error_type, "owner": self._owner, "at": at}  # fmt: skip
+        row: Sequence[Any] | None
+        # Queued, the resolution is recorded (the outbox replays it) though the record it
+        # resolves is out of reach: what is returned is what will be, with no age.
+        queued = Obligation(
+            kind, obligation_id, "", conversation_id, -1, at, status, at, error_type,
+        )  # fmt: skip
+        if self._queued(conversation_id, write):
+            return queued
+        try:
+            with self._pool.connection("resolving an obligation") as conn:
+                row = _resolve(conn, conversation_id, write)
+        except StoreError as error:
+            self._queue(conversation_id, write, error)
+            return queued
         if row is None:
             return None
         after = _record(row)
@@ -520,24 +645,22 @@ class PostgresLedger(ObligationLedger):
         """Give the open obligation `old_id` its real id; None when it is not open, or when
         `new_id` is open already (then `old_id` stays as it is)."""
         conversation_id = conversation_id or DEFAULT_CONVERSATION
+        write = {"op": "rekey", "kind": kind, "id": old_id, "new_id": new_id}
+        if self._queued(conversation_id, write):
+            return None
         try:
             with self._pool.connection("renaming an obligation") as conn:
-                row = conn.execute(
-                    f"UPDATE {_OBLIGATIONS} SET obligation_id = %s WHERE conversation_id = %s "
-                    "AND kind = %s AND obligation_id = %s AND status IS NULL "
-                    f"RETURNING {_RECORD_COLUMNS}",
-                    (new_id, conversation_id, kind, old_id),
-                ).fetchone()
+                row = _rekey(conn, conversation_id, write)
         except StoreError as error:
-            if isinstance(error.__cause__, psycopg.errors.UniqueViolation):
-                return None
-            raise
+            self._queue(conversation_id, write, error)
+            return None
         return None if row is None else _record(row)
 
     def snapshot(self, conversation_id: str | None) -> LedgerSnapshot:
         """The conversation's records across the fleet (every open one, and the newest
         resolved ones up to `max_records_per_conversation`), with the orphaned ones."""
         conversation_id = conversation_id or DEFAULT_CONVERSATION
+        self.replay()
         with self._pool.connection("reading a conversation") as conn:
             rows = (
                 conn.cursor(binary=True)
@@ -556,7 +679,85 @@ class PostgresLedger(ObligationLedger):
                 orphan = Orphan(record, row[9], None if silent == float("inf") else silent)
                 orphans.append(orphan)
                 self._report(orphan)
-        return LedgerSnapshot(conversation_id, tuple(records), tuple(orphans))
+        return LedgerSnapshot(
+            conversation_id, tuple(records), tuple(orphans), self._unavailable(conversation_id)
+        )
+
+    # -- the outbox ------------------------------------------------------------------------
+
+    @property
+    def outbox(self) -> Outbox | None:
+        """Where writes wait while the store is unreachable (None: switched off)."""
+        return self._outbox
+
+    def _queued(self, conversation_id: str, write: dict[str, Any]) -> bool:
+        """Queue `write` behind the writes already waiting (their order is the host's), and
+        say so; False when nothing waits and the write may go to the store now."""
+        if self._outbox is None or not len(self._outbox) or self.replay():
+            return False
+        self._append(conversation_id, write)
+        return True
+
+    def _queue(self, conversation_id: str, write: dict[str, Any], error: StoreError) -> None:
+        """Queue `write`, which the store refused with `error`, when that is an outage."""
+        if self._outbox is None or not _outage(error):
+            raise error
+        if not len(self._outbox):
+            _log.warning(
+                "otel-compaction: %s; ledger writes wait in %s until it is back",
+                error,
+                self._outbox.path,
+            )
+        self._append(conversation_id, write)
+
+    def _append(self, conversation_id: str, write: dict[str, Any]) -> None:
+        assert self._outbox is not None
+        if not self._outbox.append(conversation_id, write):
+            raise StoreError(
+                f"{self._pool.source}={self.url!r}: a ledger write was not recorded: the store "
+                f"is unreachable and the outbox {self._outbox.path} is full "
+                f"({self._outbox.limit} writes); conversation {conversation_id!r} is unknown "
+                "until forgotten"
+            )
+
+    def replay(self) -> bool:
+        """Apply the writes waiting in the outbox, oldest first, each exactly once; True
+        when none waits any more (False: the store is still unreachable)."""
+        if self._outbox is None:
+            return True
+        with self._replaying:
+            for outbox in (*self._adopted, self._outbox):
+                for write in outbox.pending():
+                    try:
+                        with self._pool.connection("replaying the outbox") as conn:
+                            _replay(conn, write.write_id, write.conversation_id, write.body)
+                    except StoreError as error:
+                        if not _outage(error):
+                            raise
+                        return False
+                    outbox.done(write)
+                if outbox is not self._outbox:
+                    outbox.close()
+                    self._adopted.remove(outbox)
+                    _log.warning("otel-compaction: replayed the outbox left at %s", outbox.path)
+        return True
+
+    def _unavailable(self, conversation_id: str) -> str | None:
+        """Why the store's records of the conversation are not the whole truth, or None."""
+        if self._outbox is None:
+            return None
+        lost = self._outbox.unknown(conversation_id)
+        if lost is not None:
+            return f"ledger writes of this conversation were lost: {lost}"
+        waiting = self._outbox.waiting(conversation_id) + sum(
+            o.waiting(conversation_id) for o in self._adopted
+        )
+        if waiting:
+            return (
+                f"{waiting} ledger writes of this conversation wait in the outbox "
+                f"{self._outbox.path} for {self.url} to come back"
+            )
+        return None
 
     def _report(self, orphan: Orphan) -> None:
         o = orphan.obligation
@@ -613,7 +814,10 @@ class PostgresLedger(ObligationLedger):
         return {kind: int(count) for kind, count in rows}
 
     def forget(self, conversation_id: str) -> None:
-        """Drop a finished conversation's records (for every worker)."""
+        """Drop a finished conversation's records (for every worker), and its mark of
+        writes lost in a full outbox."""
+        if self._outbox is not None:
+            self._outbox.forget(conversation_id)
         with self._pool.connection("forgetting a conversation") as conn, conn.transaction():
             for table in (_OBLIGATIONS, _COMPACTIONS):
                 conn.execute(f"DELETE FROM {table} WHERE conversation_id = %s", (conversation_id,))
@@ -708,6 +912,7 @@ class PostgresArchive(Archive):
         return redact(self._pool.url)
 
     _table = _SPANS
+    _side_effects = _SIDE_EFFECTS
     _mark = "%s"
     _order = "stored"
 
@@ -739,6 +944,11 @@ class PostgresArchive(Archive):
             return conn.execute(
                 f"SELECT {_META_COLUMNS} FROM {_SPANS} WHERE handle = %s", (row[0],)
             ).fetchone()
+
+    def _write_many(self, doing: str, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Run a writing `query` for each of `rows`, in one transaction, from any worker."""
+        with self._query(doing) as conn, conn.transaction(), conn.cursor() as cursor:
+            cursor.executemany(query, rows)
 
     def attach_summary(self, handle: str, summary: str) -> ArchivedSpan:
         """Record (or replace) the summary that replaced an archived span; return the record."""

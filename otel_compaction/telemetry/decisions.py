@@ -164,6 +164,8 @@ def _rules(decision: Decision, analysis: Analysis) -> list[str]:
     (first blocking position first), those the summary must honour for a compaction."""
     if decision.action == "compact":
         return sorted({f.rule for f in decision.findings})
+    if decision.action == "refuse" and decision.ledger_unavailable is not None:
+        return ["ledger_unavailable"]
     if decision.action == "refuse":
         live = [f.rule for f in decision.findings if f.obligation in decision.obligations]
         if live:

@@ -71,6 +71,11 @@ class CompactionMetrics:
             unit="{call}",
             description="Tool calls emitted again after an identical call had already resolved.",
         )
+        self.reissued_calls = meter.create_counter(
+            semconv.METRIC_REISSUED_CALLS,
+            unit="{call}",
+            description="Tool calls repeating a side effect a compaction removed from context.",
+        )
         self.severed = meter.create_counter(
             semconv.METRIC_SEVERED,
             unit="{obligation}",

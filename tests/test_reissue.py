@@ -1,0 +1,174 @@
+"""The re-issue logic the audit, the CLI hooks and the ledger share: labelled cases (which calls
+after a compaction repeat a side effect it removed from context, and which do not), and the
+ledger's store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_compaction.analysis import Analysis
+from otel_compaction.archive import Archive
+from otel_compaction.policy import Policy
+from otel_compaction.reissue import records_of, reissues, repeat_of
+from otel_compaction.transcript import ToolCall, Transcript
+
+POLICY = Policy.load("default")
+
+
+def _call(n: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": f"c{n}",
+        "type": "function",
+        "function": {"name": tool, "arguments": json.dumps(arguments)},
+    }
+
+
+def _turn(n: int, tool: str, arguments: dict[str, Any], result: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [_call(n, tool, arguments)]},
+        {"role": "tool", "tool_call_id": f"c{n}", "content": result},
+    ]
+
+
+PUSH = (
+    "Bash",
+    {"command": "git push origin main"},
+    "To github.com:o/r.git\n   1a..2b  main -> main",
+)
+COMMIT = ("Bash", {"command": "git commit -am 'fix totals'"}, "[main 2b] fix totals")
+READ = ("Read", {"file_path": "/repo/shop.py"}, "def total(): ...")
+EDIT = ("Edit", {"file_path": "/repo/shop.py", "old_string": "a", "new_string": "b"}, "ok")
+INSTALL_FAILED = (
+    "Bash",
+    {"command": "pip install shopkit"},
+    "Exit code 1\nERROR: No matching distribution",
+)
+STATUS = ("Bash", {"command": "git status"}, "nothing to commit")
+
+CASES = {
+    # before the cut, after it, expected re-issues (indices into `after`)
+    "push re-issued after compaction: a true repeat": ([PUSH], [PUSH], [0]),
+    "push with a read-only stage before it: the same push": (
+        [PUSH],
+        [("Bash", {"command": "git status && git push origin main"}, "ok")],
+        [0],
+    ),
+    "same push, another description: the same push": (
+        [PUSH],
+        [("Bash", {"command": "git push  origin main", "description": "x"}, "ok")],
+        [0],
+    ),
+    "re-read of a file: a read is no side effect": ([READ, EDIT], [READ], []),
+    "read-only command repeated: no side effect": ([STATUS], [STATUS], []),
+    "push after a new commit pushes the new commit": ([PUSH], [COMMIT, PUSH], []),
+    "install retried after it failed: a retry, not a repeat": (
+        [INSTALL_FAILED],
+        [INSTALL_FAILED],
+        [],
+    ),
+    "edit with other strings: other work on the file": (
+        [EDIT],
+        [("Edit", {**EDIT[1], "old_string": "b", "new_string": "c"}, "ok")],
+        [],
+    ),
+    "second re-issue: the first one is in context": ([PUSH], [PUSH, PUSH], [0]),
+}
+
+
+def _transcript(before: list[Any], after: list[Any]) -> tuple[Transcript, int]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "ship it"}]
+    for n, (tool, arguments, result) in enumerate(before):
+        messages += _turn(n, tool, arguments, result)
+    cut = len(messages)
+    for n, (tool, arguments, result) in enumerate(after, start=len(before)):
+        messages += _turn(n, tool, arguments, result)
+    return Transcript.parse(messages), cut
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_reissues(case: str) -> None:
+    before, after, expected = CASES[case]
+    transcript, cut = _transcript(before, after)
+    analysis = Analysis.build(transcript, POLICY)
+    found = reissues(transcript, analysis.outcomes, POLICY.side_effects, cut)
+    assert [int(call.id[1:]) - len(before) for call, _ in found] == expected
+
+
+def test_a_call_still_in_context_is_no_reissue() -> None:
+    transcript, _ = _transcript([PUSH], [])
+    analysis = Analysis.build(transcript, POLICY)
+    records = records_of(transcript, analysis.outcomes, POLICY.side_effects)
+    again = ToolCall("c9", "Bash", 0, json.dumps(PUSH[1]), 0)
+    assert records[0].in_context and repeat_of(records, again, POLICY.side_effects) is None
+
+
+def test_the_ledger_lives_in_the_archive(tmp_path: Path) -> None:
+    transcript, _ = _transcript([PUSH, READ], [])
+    analysis = Analysis.build(transcript, POLICY)
+    records = records_of(
+        transcript, analysis.outcomes, POLICY.side_effects, conversation_id="s1",
+        context_start=len(transcript), offset=10,
+    )  # fmt: skip
+    with Archive(tmp_path / "a.sqlite3") as archive:
+        archive.record_side_effects(records)
+        archive.record_side_effects(records)  # recorded again: one row
+        [stored] = archive.side_effects("s1")
+        archive.mark_asked(stored)
+        [asked] = archive.side_effects("s1")
+    assert (stored.tool, stored.target, stored.outcome, stored.sequence) == (
+        "Bash", "git push origin main", "success", 11,
+    )  # fmt: skip
+    assert not stored.in_context and asked.asked and not stored.asked
+    again = ToolCall("c9", "Bash", 0, json.dumps(PUSH[1]), 0)
+    assert repeat_of([stored], again, POLICY.side_effects) == stored
+
+
+def test_the_recorder_reports_a_reissue_after_a_compaction() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_compaction.recorder import ToolCallRecorder
+    from otel_compaction.telemetry.metrics import CompactionMetrics
+
+    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(spans))
+    recorder = ToolCallRecorder(
+        tracer_provider=tracing, metrics=CompactionMetrics(MeterProvider([reader]))
+    )
+    push = {"command": "git push origin main"}
+    recorder.call("Bash", "p1", arguments=push, conversation_id="s").result("main -> main")
+    recorder.call("Read", "r1", arguments={"file_path": "a.py"}, conversation_id="s").result("x")
+    recorder.call("Bash", "p2", arguments=push, conversation_id="s").result("up to date")
+    recorder.compacted("s", ["p1", "p2", "r1"])
+    recorder.call("Read", "r2", arguments={"file_path": "a.py"}, conversation_id="s").result("x")
+    recorder.call("Bash", "p3", arguments=push, conversation_id="s").result("up to date")
+    events = [
+        (s.attributes["gen_ai.tool.call.id"], dict(e.attributes or {}))
+        for s in spans.get_finished_spans()
+        if s.attributes
+        for e in s.events
+        if e.name == "compaction.reissue"
+    ]
+    # p2 repeated p1 in context (no re-issue); after the compaction p3 repeats p2; r2 reads.
+    assert [(call, event["compaction.reissue.of"]) for call, event in events] == [("p3", "p2")]
+    data = reader.get_metrics_data()
+    assert data is not None
+    points: list[Any] = [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "compaction.tool_calls.reissued"
+        for p in m.data.data_points
+    ]
+    assert [(p.value, dict(p.attributes)) for p in points] == [
+        (1, {"gen_ai.tool.name": "Bash", "compaction.reissue.kind": "vcs"})
+    ]
