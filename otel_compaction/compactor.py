@@ -45,7 +45,7 @@ from otel_compaction.analysis import Analysis
 from otel_compaction.archive import Archive
 from otel_compaction.context import current_conversation_id
 from otel_compaction.errors import CompactionError, CompactionRefused, LiveSpanCompactionError
-from otel_compaction.gate import CompactionGate, Decision, refusal_error
+from otel_compaction.gate import CompactionGate, Decision, refusal_error, shown_id
 from otel_compaction.ledger import (
     DEFAULT_CONVERSATION,
     DecisionTurn,
@@ -367,6 +367,7 @@ class GuardedCompactor:
         # The same conversation `compact` cross-checks: the current scope when none is named.
         conversation_id = conversation_id or current_conversation_id()
         discharged = 0
+        capture = self._capture_content()
         with self._tracer.start_as_current_span(
             semconv.FORCE_TERMINAL_SPAN, kind=SpanKind.INTERNAL
         ) as span:
@@ -380,7 +381,7 @@ class GuardedCompactor:
                     semconv.EVENT_DISCHARGED,
                     {
                         semconv.OBLIGATION_KIND: ref.kind,
-                        semconv.OBLIGATION_ID: ref.id,
+                        semconv.OBLIGATION_ID: ref.id if capture else shown_id(ref),
                         semconv.OBLIGATION_STATUS: status,
                     },
                 )

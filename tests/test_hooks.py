@@ -459,6 +459,40 @@ def test_resolving_is_recorded_as_a_span_event(
     )
 
 
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_resolved_reference_goes_on_the_wire_only_with_capture(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    otlp_http_receiver: OtlpReceiver,
+    capture: bool,
+) -> None:
+    """An identifier is content: its resolution event names it by where it was first seen
+    unless content capture is on."""
+    from otel_compaction.cli import main
+    from otel_compaction.gate import CompactionGate
+    from otel_compaction.hooks.guard import Guard
+
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv(
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true" if capture else "false"
+    )
+    session, env = busy_session(tmp_path), environ(tmp_path)
+    run_hook("claude-code", payload(session, "PreCompact", trigger="manual"), env)
+    state = Guard(CompactionGate("default"), tmp_path / "claude", "claude-code").state("sess-1")
+    stored = state.read()
+    reference = {"kind": "reference", "id": "ORD-7731", "message_index": 3, "name": ""}
+    state.write(stored | {"pending": [*stored["pending"], reference]})
+    argv = ["hook", "resolve", "claude-code", "--home", str(tmp_path / "claude")]
+    argv += ["--session", "sess-1", "--otlp-endpoint", otlp_http_receiver.endpoint_http]
+    assert main([*argv, "ORD-7731", "--done"]) == 0
+    [span] = otlp_http_receiver.wait_for_spans("compaction.force_terminal")
+    [event] = span.events
+    shown = event.attributes["compaction.obligation.id"]
+    assert shown == ("ORD-7731" if capture else "reference@3")
+
+
 def test_an_automatic_compaction_is_never_stranded(tmp_path: Path) -> None:
     """`auto: block` at the context limit would leave the CLI unable to go on: the hook lets
     the compaction proceed, archives it, hands the open work over, and says so."""

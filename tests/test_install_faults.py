@@ -68,14 +68,34 @@ def test_symlink_is_written_through(tmp_path: Path) -> None:  # a dotfile manage
 
 
 @pytest.mark.parametrize(
-    "text", [ORIGINAL, PLAIN, PLAIN.replace("    ", "\t"), '{"a": 1}', "{}\n", ""]
-)
+    "text",
+    [
+        ORIGINAL, PLAIN, PLAIN.replace("    ", "\t"), '{"a": 1}', "{}\n", "",
+        '{"hooks": {}}', '{"hooks": {"PreCompact": []}}\n',
+        '{"hooks": {"Stop": [], "PreCompact": []}}',
+    ],
+)  # fmt: skip
 def test_round_trip_gives_back_the_same_bytes(tmp_path: Path, text: str) -> None:
     path = tmp_path / "settings.json"
     path.write_text(text)
     installer.install("claude-code", path)
     installer.uninstall(path)
     assert path.read_text() == text
+
+
+def test_empty_groups_the_user_had_stay_after_an_edit(tmp_path: Path) -> None:
+    """Edited between install and uninstall, the file is rewritten, not restored: the empty
+    lists the user had are still theirs, the ones install added go."""
+    path = tmp_path / "settings.json"
+    path.write_text('{"hooks": {"Stop": [], "PreCompact": []}}')
+    installer.install("claude-code", path)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(data | {"model": "opus"}))
+    installer.uninstall(path)
+    assert json.loads(path.read_text()) == {
+        "hooks": {"Stop": [], "PreCompact": []},
+        "model": "opus",
+    }
 
 
 def test_first_backup_is_never_overwritten(tmp_path: Path) -> None:

@@ -399,6 +399,7 @@ class Guard:
         resolved = [
             {
                 "kind": pending[i]["kind"], "id": i, "name": pending[i].get("name", ""),
+                "message_index": pending[i].get("message_index"),
                 "status": DISCHARGE.get(pending[i]["kind"], "abandoned"),
                 "resolution": resolution, "at": now, "what": _open_line(pending[i]),
             }

@@ -279,6 +279,7 @@ def uninstall(path: Path) -> list[str]:
 def _uninstall(path: Path) -> list[str]:
     data, text = _read(path)
     hooks: dict[str, Any] = data.get("hooks", {})
+    had = _original_hooks(path)
     removed: list[str] = []
     for event in list(hooks):
         groups = hooks[event]
@@ -294,12 +295,23 @@ def _uninstall(path: Path) -> list[str]:
                         kept.append({**group, "hooks": entries})
                     continue
             kept.append(group)
-        if kept:
-            hooks[event] = kept
-        else:
-            del hooks[event]
-    if removed and not hooks:
+        hooks[event] = kept
+        if not kept and event in removed and (had is None or event not in had):
+            del hooks[event]  # install added it
+    if removed and not hooks and had is None:
         del data["hooks"]  # install added it
     if removed:
         _write(path, data, text)
     return list(dict.fromkeys(removed))
+
+
+def _original_hooks(path: Path) -> dict[str, Any] | None:
+    """The ``hooks`` of the user's original file (its first backup), None when it had none:
+    what uninstall leaves in place even when it ends up empty."""
+    backup = path.with_name(path.name + _BACKUP)
+    try:
+        original = json.loads(backup.read_bytes() or b"{}")
+    except (OSError, ValueError):
+        return None
+    hooks = original.get("hooks") if isinstance(original, dict) else None
+    return hooks if isinstance(hooks, dict) else None

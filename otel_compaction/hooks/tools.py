@@ -64,20 +64,25 @@ def resolve(
 
 def _record(session_id: str, resolved: list[dict[str, Any]]) -> None:
     """The resolutions as the gate's telemetry records a forced terminal state."""
+    from otel_compaction.gate import shown_id
+    from otel_compaction.rules.base import ObligationRef
     from otel_compaction.telemetry import semconv
     from otel_compaction.telemetry.configuration import configure
+    from otel_compaction.telemetry.scope import capture_content_enabled
 
+    capture = capture_content_enabled()
     telemetry = configure(set_global=False)
     try:
         tracer = telemetry.tracer_provider.get_tracer(semconv.SCOPE, __version__)
         with tracer.start_as_current_span(semconv.FORCE_TERMINAL_SPAN) as span:
             span.set_attribute(semconv.GEN_AI_CONVERSATION_ID, session_id)
             for r in resolved:
+                ref = ObligationRef(r["kind"], r["id"], r.get("message_index"))
                 span.add_event(
                     semconv.EVENT_DISCHARGED,
                     {
                         semconv.OBLIGATION_KIND: r["kind"],
-                        semconv.OBLIGATION_ID: r["id"],
+                        semconv.OBLIGATION_ID: ref.id if capture else shown_id(ref),
                         semconv.OBLIGATION_STATUS: r["status"],
                         semconv.OBLIGATION_RESOLUTION: r["resolution"],
                     },
