@@ -45,6 +45,7 @@ NOT_PRODUCED_HERE = {
     "compaction_tool_calls_duplicate_total": "detected by auto-instrumentation, not the recorder",
     "compaction_ledger_overflow_total": "the agent stays far below the ledger's bounds",
     "compaction_tool_calls_reissued_total": "the agent repeats no side effect after compacting",
+    "compaction_hook_exports_dropped_total": "reported by the CLI hooks, not by a Python agent",
     "traces_span_metrics_calls_total": "made by the Collector's spanmetrics connector",
     "compaction_obligations_orphaned": "a shared ledger's (PostgreSQL); this agent's is in memory",
     "compaction_sources_disagreements_total": "counted when a gate reads obligation sources",
