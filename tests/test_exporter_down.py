@@ -212,3 +212,69 @@ def test_an_agent_with_default_settings_exits_within_the_documented_bound(
     assert json.loads(recorded) == expected
     assert json.loads(after_shutdown) == expected_after
     assert exited < DOCUMENTED_EXIT_BOUND_S + EXIT_SLACK_S, f"exit took {exited:.2f}s"
+
+
+def _no_otel_environment() -> dict[str, str]:
+    """The test's environment without any ``OTEL_*`` setting or proxy: a first run."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("OTEL_") and "proxy" not in name.lower()
+    }
+    env["no_proxy"] = env["NO_PROXY"] = "127.0.0.1,localhost"
+    return env
+
+
+@pytest.mark.parametrize(
+    ("protocol", "endpoint"),
+    [("http/protobuf", "http://localhost:4318"), ("grpc", "localhost:4317")],
+)
+def test_a_first_run_with_no_backend_says_so_in_one_line_and_exits_quickly(
+    protocol: str, endpoint: str
+) -> None:
+    """Nothing configured, nothing listening at the SDK's default endpoint: no retries and
+    tracebacks on stderr, one line saying where telemetry would have gone, and an exit bounded
+    by the short timeout such a run gets."""
+    from otel_compaction.telemetry.unreachable import UNREACHABLE_EXPORT_TIMEOUT_S, listening
+
+    if listening(endpoint):
+        pytest.skip(f"something listens at {endpoint}, the default OTLP endpoint")
+    env = _no_otel_environment() | {"OTEL_EXPORTER_OTLP_PROTOCOL": protocol}
+    agent = subprocess.Popen(
+        [sys.executable, str(AGENT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert agent.stdout is not None and agent.stderr is not None
+        agent.stdout.readline()
+        done = time.monotonic()
+        agent.stdout.read()
+        stderr = agent.stderr.read()
+        agent.wait(timeout=60)
+        exited = time.monotonic() - done
+    finally:
+        agent.kill()
+        agent.wait()
+    assert agent.returncode == 0
+    assert stderr.splitlines() == [
+        f"otel-compaction: nothing listens at {endpoint} (the OTLP default; no "
+        "OTEL_EXPORTER_OTLP_ENDPOINT is set), so spans and metrics are not exported; point "
+        "OTEL_EXPORTER_OTLP_ENDPOINT at a Collector, or set OTEL_TRACES_EXPORTER=console to "
+        "print the spans"
+    ]
+    bound = 2 * 2 * UNREACHABLE_EXPORT_TIMEOUT_S
+    assert exited < bound + EXIT_SLACK_S, f"exit took {exited:.2f}s"
+
+
+def test_a_configured_endpoint_keeps_the_exporters_own_messages(closed_port: int) -> None:
+    """Where the user named an endpoint, its failures are news: the SDK's messages stay."""
+    env = _no_otel_environment() | {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port}"
+    }
+    agent = subprocess.run(
+        [sys.executable, str(AGENT)], env=env, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert agent.returncode == 0
+    assert "nothing listens" not in agent.stderr
+    assert "Failed to export" in agent.stderr

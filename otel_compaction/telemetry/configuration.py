@@ -59,6 +59,12 @@ from otel_compaction.telemetry.decisions import DecisionTelemetry, SeveredObliga
 from otel_compaction.telemetry.metrics import CompactionMetrics
 from otel_compaction.telemetry.processor import LedgerSpanProcessor
 from otel_compaction.telemetry.sampler import ObligationSampler
+from otel_compaction.telemetry.unreachable import (
+    UNREACHABLE_EXPORT_TIMEOUT_S,
+    NothingListens,
+    default_endpoint,
+    listening,
+)
 
 __all__ = ["DEFAULT_EXPORT_TIMEOUT_S", "Telemetry", "configure"]
 
@@ -109,6 +115,7 @@ class Telemetry:
         self._closing: list[_ClosingSpanExporter] = []
         self._meter_shutdown_millis: float = _SDK_SHUTDOWN_MILLIS
         self._shut_down = False
+        self._quiet: NothingListens | None = None
 
     def gate(
         self, policy: Policy | str = "default", *, sources: Iterable[ObligationSource] = ()
@@ -141,6 +148,8 @@ class Telemetry:
                         shutdown()
             except Exception:
                 _log.exception("otel-compaction: provider shutdown failed")
+        if self._quiet is not None:
+            self._quiet.remove()
 
 
 def configure(
@@ -180,8 +189,10 @@ def configure(
     Shutdown is bounded, whether by `Telemetry.shutdown` or at interpreter exit (which calls
     it): each OTLP export gives up after the export timeout, ``OTEL_EXPORTER_OTLP_TIMEOUT`` or
     the signal's ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT``/``OTEL_EXPORTER_OTLP_METRICS_TIMEOUT``
-    (seconds), else `DEFAULT_EXPORT_TIMEOUT_S` (2 s); shutdown waits for at most two exports per
-    signal (one in flight, one final flush), so with the OTLP endpoint refusing or never
+    (seconds), else `DEFAULT_EXPORT_TIMEOUT_S` (2 s; 0.5 s when no endpoint is configured and
+    nothing listens at the default one when `configure` runs, which then says so once on the
+    first failed export instead of the exporters' retries); shutdown waits for at most two
+    exports per signal (one in flight, one final flush), so with the OTLP endpoint refusing or never
     answering it takes at most ``2 * (traces timeout + metrics timeout)``: 8 s by default.
     Raise the timeouts for a slow Collector; what the ledger and the gate hold in-process is
     never affected.
@@ -199,9 +210,12 @@ def configure(
     otlp_by_default = port is None
     owns_tracer = owns_meter = False
     closing: list[_ClosingSpanExporter] = []
+    endpoint = default_endpoint(os.environ, _http())
+    unreachable = endpoint is not None and not listening(endpoint)
+    default_timeout = UNREACHABLE_EXPORT_TIMEOUT_S if unreachable else DEFAULT_EXPORT_TIMEOUT_S
     tracer_provider = tracer_provider or _installed_tracer_provider()
     if tracer_provider is None:
-        tracer_provider = _tracer_provider_from_env(otlp_by_default, closing)
+        tracer_provider = _tracer_provider_from_env(otlp_by_default, closing, default_timeout)
         owns_tracer = True
         if set_global:
             trace.set_tracer_provider(tracer_provider)
@@ -211,7 +225,7 @@ def configure(
         if port is not None:
             prometheus = _PrometheusEndpoint.start(port, _prometheus_host(prometheus_host))
         extra = [prometheus.reader] if prometheus is not None else []
-        meter_provider = _meter_provider_from_env(otlp_by_default, extra)
+        meter_provider = _meter_provider_from_env(otlp_by_default, default_timeout, extra)
         owns_meter = True
         if set_global:
             metrics.set_meter_provider(meter_provider)
@@ -232,7 +246,12 @@ def configure(
         agent_name=agent_name,
     )
     telemetry._closing = closing
-    telemetry._meter_shutdown_millis = 2 * 1000 * _export_timeout_s("METRICS")
+    exports_otlp = (owns_tracer and "otlp" in _exporter_names("TRACES", otlp_by_default)) or (
+        owns_meter and "otlp" in _exporter_names("METRICS", otlp_by_default)
+    )
+    if endpoint is not None and exports_otlp:
+        telemetry._quiet = NothingListens(endpoint).install()
+    telemetry._meter_shutdown_millis = 2 * 1000 * _export_timeout_s("METRICS", default_timeout)
     if prometheus is not None:
         telemetry.prometheus_address = prometheus.address
         telemetry._owned.append(prometheus)  # stopped after the meter provider
@@ -356,9 +375,9 @@ default is 10 s)."""
 _SDK_SHUTDOWN_MILLIS = 30_000
 
 
-def _export_timeout_s(signal: str) -> float:
+def _export_timeout_s(signal: str, default: float = DEFAULT_EXPORT_TIMEOUT_S) -> float:
     """The OTLP export timeout of `signal` (``TRACES`` or ``METRICS``), read as the exporters
-    read it: the signal's variable, then the general one."""
+    read it: the signal's variable, then the general one, else `default`."""
     for variable in (f"OTEL_EXPORTER_OTLP_{signal}_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"):
         value = os.environ.get(variable, "").strip()
         if not value:
@@ -373,10 +392,10 @@ def _export_timeout_s(signal: str) -> float:
             "otel-compaction: %s=%r is not a timeout in seconds; using %g",
             variable,
             value,
-            DEFAULT_EXPORT_TIMEOUT_S,
+            default,
         )
-        return DEFAULT_EXPORT_TIMEOUT_S
-    return DEFAULT_EXPORT_TIMEOUT_S
+        return default
+    return default
 
 
 def _exporter_names(signal: str, otlp_by_default: bool) -> list[str]:
@@ -421,7 +440,7 @@ class _ClosingSpanExporter(SpanExporter):
 
 
 def _tracer_provider_from_env(
-    otlp_by_default: bool, closing: list[_ClosingSpanExporter]
+    otlp_by_default: bool, closing: list[_ClosingSpanExporter], default_timeout: float
 ) -> SdkTracerProvider:
     delegate: Sampler = _get_from_env_or_default()
     provider = SdkTracerProvider(
@@ -430,7 +449,7 @@ def _tracer_provider_from_env(
     for name in _exporter_names("TRACES", otlp_by_default):
         exporter: SpanExporter | None = None
         if name == "otlp":
-            timeout = _export_timeout_s("TRACES")
+            timeout = _export_timeout_s("TRACES", default_timeout)
             if _http():
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                     OTLPSpanExporter as HttpSpanExporter,
@@ -455,12 +474,12 @@ def _tracer_provider_from_env(
 
 
 def _meter_provider_from_env(
-    otlp_by_default: bool, extra: list[MetricReader] | None = None
+    otlp_by_default: bool, default_timeout: float, extra: list[MetricReader] | None = None
 ) -> SdkMeterProvider:
     readers: list[MetricReader] = list(extra or ())
     for name in _exporter_names("METRICS", otlp_by_default):
         if name == "otlp":
-            timeout = _export_timeout_s("METRICS")
+            timeout = _export_timeout_s("METRICS", default_timeout)
             if _http():
                 from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
                     OTLPMetricExporter as HttpMetricExporter,
