@@ -132,6 +132,18 @@ class CompactionResult:
     reason: str = ""
     """Why nothing was replaced, when ``compacted`` is False."""
 
+    @property
+    def outcome(self) -> Literal["compacted", "deferred", "held", "not needed"]:
+        """What happened, in one word: ``compacted`` (the gate's span, extended or not),
+        ``deferred`` (an older closed span compacted, the live one held verbatim), ``held``
+        (the gate allowed a span but it was kept verbatim: its summary failed verification or
+        was no smaller, or another worker compacted it) or ``not needed`` (below the trigger,
+        or nothing compactable)."""
+        if self.compacted:
+            deferred = self.decision is not None and self.decision.action == "defer"
+            return "deferred" if deferred else "compacted"
+        return "held" if self.decision is not None else "not needed"
+
 
 class GuardedCompactor:
     """Compacts transcripts only where the gate allows it.

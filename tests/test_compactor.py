@@ -248,7 +248,7 @@ def test_closed_span_is_replaced_by_one_summary(fmt: str) -> None:
 
     result = compactor(summarizer).compact(messages)
 
-    assert result.compacted is True
+    assert (result.compacted, result.outcome) == (True, "compacted")
     assert result.decision is not None
     assert (result.decision.action, result.decision.extended) == ("compact", False)
     assert result.span == (1, 4)
@@ -298,7 +298,7 @@ def test_live_span_is_held_and_the_older_closed_span_compacted(fmt: str) -> None
 
     result = compactor(summarizer).compact(messages)
 
-    assert result.compacted is True
+    assert (result.compacted, result.outcome) == (True, "deferred")
     assert result.decision is not None
     assert result.decision.action == "defer"
     assert result.decision.requested == (1, 4)
@@ -372,6 +372,7 @@ def test_nothing_happens_at_or_below_the_trigger(length: int, compacted: bool) -
     result = compactor(summarizer).compact(s.messages)
 
     assert result.compacted is compacted
+    assert result.outcome == ("compacted" if compacted else "not needed")
     assert result.tokens_before == length * PER_MESSAGE
     if not compacted:  # 70 tokens is not above 0.7 of 100
         assert result.messages == s.messages
@@ -956,6 +957,7 @@ def test_summary_not_smaller_than_its_span_holds_the_span(
         assert (result.tokens_before, result.tokens_after) == (total, total)
         assert result.messages == before
         assert result.reason == "the summary is no smaller than the span"
+        assert result.outcome == "held"  # the gate said compact; the span stayed as it was
         assert attrs["compaction.hold.reason"] == "the summary is no smaller than the span"
         assert apply.events == ()
     assert (attrs["compaction.compacted"], attrs["compaction.tokens.after"]) == (
