@@ -62,7 +62,13 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="draw the first seed's two runs, step by step, as FILE (.svg or .png; needs "
-        "the plot extra: pip install 'otel-compaction[plot]')",
+        "matplotlib, the plot extra: pip install '.[plot]' in a clone)",
+    )
+    demo.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="the report as text for a terminal, or as JSON (default: text)",
     )
     noise = demo.add_mutually_exclusive_group()
     noise.add_argument(

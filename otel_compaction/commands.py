@@ -497,10 +497,15 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
     progress = None if args.quiet or not (args.verbose or in_place) else sys.stderr
     try:
         pairs = demo.run_demo(
-            config, telemetry=telemetry, out=out, progress=progress, in_place=in_place
-        )
+            config, telemetry=telemetry, out=out, progress=progress, in_place=in_place,
+            as_json=args.format == "json",
+        )  # fmt: skip
     finally:
         telemetry.shutdown()
+    if args.format == "json":
+        if args.plot is not None:
+            demo.plot(*pairs[0], config, args.plot)
+        return EXIT_OK
     if exporter is not None:
         out.write(f"{exporter.tool_spans} tool-call and result spans recorded\n")
     elif demo.otlp_endpoint_set():

@@ -473,8 +473,10 @@ def run_demo(
     out: TextIO = sys.stdout,
     progress: TextIO | None = sys.stderr,
     in_place: bool = False,
+    as_json: bool = False,
 ) -> list[tuple[RunStats, RunStats]]:
-    """Run every seed with both compactors, print the report, and return the stats.
+    """Run every seed with both compactors, print the report (`report_json`'s data with
+    `as_json`), and return the stats.
 
     Progress goes to `progress` as one line a seed, or with `in_place` (for a terminal that
     shows nothing else meanwhile) as one line rewritten and erased before the report.
@@ -498,8 +500,45 @@ def run_demo(
     if in_place and progress is not None:
         progress.write("\r" + " " * (_WIDTH - 1) + "\r")
         progress.flush()
-    _report(out, config, pairs)
+    if as_json:
+        out.write(json.dumps(report_json(config, pairs), indent=2) + "\n")
+    else:
+        _report(out, config, pairs)
     return pairs
+
+
+def report_json(config: DemoConfig, pairs: list[tuple[RunStats, RunStats]]) -> dict[str, Any]:
+    """The report as data (``demo --format json``): the configuration, every run's counts,
+    and each compactor's totals over the runs, as the text report's table has them."""
+
+    def counts(runs: list[RunStats]) -> dict[str, Any]:
+        return {
+            "compacted": sum(r.compactions for r in runs),
+            "deferred": sum(r.deferrals for r in runs),
+            "refused": sum(r.refusals for r in runs),
+            "held": sum(r.held for r in runs),
+            "severed": sum(r.severed for r in runs),
+            "duplicates": sum(r.duplicates for r in runs),
+            "peak_tokens": max(r.peak_tokens for r in runs),
+            "finished": sum(r.finished for r in runs),
+        }
+
+    return {
+        "simulation": True,
+        "config": {
+            "runs": config.runs, "seed": config.seed, "services": config.services,
+            "budget": config.budget, "trigger": TRIGGER,
+        },
+        "runs": [
+            {"seed": r.seed, "compactor": r.compactor, "steps": r.steps, **counts([r])}
+            for pair in pairs
+            for r in pair
+        ],
+        "totals": {
+            name: {"runs": len(pairs), **counts([pair[i] for pair in pairs])}
+            for i, name in enumerate(("naive", "guarded"))
+        },
+    }  # fmt: skip
 
 
 def _report(out: TextIO, config: DemoConfig, pairs: list[tuple[RunStats, RunStats]]) -> None:
@@ -677,7 +716,8 @@ def require_matplotlib() -> None:
         import matplotlib.figure  # noqa: F401
     except ImportError as exc:
         raise CompactionError(
-            "drawing a plot needs matplotlib: pip install 'otel-compaction[plot]'"
+            "drawing a plot needs matplotlib: pip install matplotlib (the plot extra: "
+            "pip install '.[plot]' in a clone)"
         ) from exc
 
 

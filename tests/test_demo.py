@@ -259,6 +259,28 @@ def test_cli_demo_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+def test_cli_demo_reports_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """The same runs as data: each run's counts, and totals that are their sums."""
+    assert main(["demo", "--runs", "3", "--format", "json"]) == 0
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert out.err == ""
+    assert report["config"] == {
+        "runs": 3, "seed": 1, "services": 6, "budget": 2400, "trigger": 0.7
+    }  # fmt: skip
+    assert [(r["seed"], r["compactor"]) for r in report["runs"]] == [
+        (seed, name) for seed in (1, 2, 3) for name in ("naive", "guarded")
+    ]
+    for name, totals in report["totals"].items():
+        runs = [r for r in report["runs"] if r["compactor"] == name]
+        for key in ("compacted", "deferred", "refused", "held", "severed", "duplicates"):
+            assert totals[key] == sum(r[key] for r in runs)
+        assert totals["peak_tokens"] == max(r["peak_tokens"] for r in runs)
+    assert report["totals"]["guarded"]["severed"] == 0
+    assert report["totals"]["guarded"]["duplicates"] == 0
+    assert report["totals"]["naive"]["severed"] > 0
+
+
 # -- --plot -------------------------------------------------------------------------------------
 
 
@@ -313,8 +335,8 @@ def test_plot_needs_a_known_suffix_and_names_the_extra_when_matplotlib_is_missin
     assert main(["demo", "--plot", str(tmp_path / "demo.svg")]) == 2
     out = capsys.readouterr()
     assert out.err == (
-        "otel-compaction: error: drawing a plot needs matplotlib: "
-        "pip install 'otel-compaction[plot]'\n"
+        "otel-compaction: error: drawing a plot needs matplotlib: pip install matplotlib "
+        "(the plot extra: pip install '.[plot]' in a clone)\n"
     )
     assert out.out == ""  # refused before running anything
     assert not (tmp_path / "demo.svg").exists()
