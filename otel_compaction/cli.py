@@ -206,6 +206,15 @@ def _parser() -> argparse.ArgumentParser:
         )
 
     _add_archive(commands)
+    from otel_compaction.completion import SHELLS
+
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description='Print the completion script for a shell; load it with eval "$('
+        'otel-compaction completion bash)" (in ~/.bashrc, or ~/.zshrc with zsh).',
+    )
+    completion.add_argument("shell", choices=SHELLS, nargs="?", default="bash")
     return parser
 
 
@@ -309,9 +318,15 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
 
         return run_hook(arguments[1], arguments[2:])
     try:
-        args = _parser().parse_args(arguments)
+        parser = _parser()
+        args = parser.parse_args(arguments)
     except SystemExit as exc:  # argparse has printed its message
         return int(exc.code or 0)
+    if args.command == "completion":
+        from otel_compaction.completion import script
+
+        out.write(script(parser, args.shell))
+        return EXIT_OK
     try:
         # The commands (and the gate, the policies and pydantic behind them) load only now:
         # `--help` and a usage error never import them.
