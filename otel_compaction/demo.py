@@ -69,6 +69,8 @@ TRIGGER = 0.7
 """Both compactors start above this fraction of the budget (the default policy's trigger)."""
 _SUMMARY_MARK = "[Summary of compacted messages"
 _NARRATIVE_MARK = "[Earlier conversation, summarized]"
+DEMO_AGENT = "deployment-agent"
+"""``gen_ai.agent.name`` of the simulated agent: each guarded run is one ``invoke_agent`` trace."""
 
 
 @dataclass(frozen=True)
@@ -316,7 +318,14 @@ def _run(
             token_counter=char_estimate,
             telemetry=telemetry,
         )
-    with conversation(f"demo-{kind}-{seed}"):
+    conversation_id = f"demo-{kind}-{seed}"
+    # A guarded run is one trace: its tool calls and decisions under its agent span.
+    run = (
+        telemetry.agent_run(DEMO_AGENT, conversation_id=conversation_id)
+        if telemetry is not None
+        else conversation(conversation_id)
+    )
+    with run:
         for step in range(config.max_steps):
             stats.steps = step + 1
             for result in tools.due(step):

@@ -63,6 +63,8 @@ ALLOWED_WITH_CAPTURE = {
         "compaction.apply",
         "compaction.summary.rejected compaction.summary.missing",
     ),
+    ("span attribute", "compaction.evaluate", "output.value"),  # the decision, as it reads
+    ("span attribute", "compaction.apply", "output.value"),  # the summary
     *(
         ("event attribute", "compaction.evaluate", f"{event} compaction.obligation.ids")
         for event in ("compaction.compacted", "compaction.deferred", "compaction.refused")

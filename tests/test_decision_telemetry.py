@@ -42,6 +42,9 @@ def _attributes(**overrides: Any) -> dict[str, Any]:
         "compaction.transcript.messages": 8,
         "compaction.must_carry.identifiers": 0,
         "compaction.must_carry.negatives": 0,
+        "openinference.span.kind": "GUARDRAIL",
+        "input.value": "compact messages 0:4 of 8",
+        "output.value": "compacting span 0:4",
     }
     base.update({name.replace("__", "."): value for name, value in overrides.items()})
     return base
@@ -99,6 +102,8 @@ def test_an_extended_compaction_adds_an_extended_event(pipeline: Pipeline) -> No
         compaction__span__end=3,
         compaction__requested__end=2,
         compaction__must_carry__negatives=1,
+        input__value="compact messages 0:2 of 8",
+        output__value="compacting span 0:3 (extended to close a pairing break)",
     )
     event = _event(["not_addressable", "null_result"], [], [], (0, 3))
     assert _events(span) == [("compaction.extended", event), ("compaction.compacted", event)]
@@ -120,6 +125,9 @@ def test_a_deferral_names_the_live_obligation_and_counts_held_tokens(pipeline: P
         compaction__requested__end=8,
         compaction__must_carry__identifiers=1,
         compaction__tokens__held=6,
+        input__value="compact messages 4:8 of 8",
+        output__value="deferring span 4:8 (open obligations tool_call c3); compacting the "
+        "closed span 4:7 instead",
     )
     assert _events(span) == [
         ("compaction.deferred", _event(["open_tool_call"], ["c3"], ["tool_call"], (4, 7)))
@@ -151,6 +159,8 @@ def test_a_refusal_is_recorded_before_it_is_raised(pipeline: Pipeline) -> None:
         compaction__span__end=8,
         compaction__requested__start=4,
         compaction__requested__end=8,
+        input__value="compact messages 4:8 of 8, critical",
+        output__value="refusing compaction of span 4:8: open obligations tool_call c3",
     )
     assert _events(first) == [
         ("compaction.refused", _event(["open_tool_call"], ["c3"], ["tool_call"], (4, 8)))
@@ -161,6 +171,8 @@ def test_a_refusal_is_recorded_before_it_is_raised(pipeline: Pipeline) -> None:
         compaction__span__end=8,
         compaction__requested__start=7,
         compaction__requested__end=8,
+        input__value="compact messages 7:8 of 8",
+        output__value="refusing compaction of span 7:8: open obligations tool_call c3",
     )
     assert _events(second) == [
         ("compaction.refused", _event(["open_tool_call"], ["c3"], ["tool_call"], (7, 8)))

@@ -93,6 +93,16 @@ class ApplySpan:
             attributes[semconv.ARCHIVE_HANDLE] = result.archive_handle
         if not result.compacted:
             attributes[semconv.HOLD_REASON] = result.reason
+        attributes[semconv.OUTCOME] = result.outcome
+        # What trace UIs show: the span's kind, what went in, what came out (the summary
+        # itself only with capture on).
+        attributes[semconv.OPENINFERENCE_SPAN_KIND] = "CHAIN"
+        attributes[semconv.OPENINFERENCE_INPUT] = f"{result.tokens_before} tokens"
+        outcome = f"{result.outcome}: {result.tokens_before} -> {result.tokens_after} tokens"
+        if not result.compacted and result.reason:
+            outcome += f" ({result.reason})"
+        summary = result.summary if self.capture and result.compacted else None
+        attributes[semconv.OPENINFERENCE_OUTPUT] = summary or outcome
         self.span.set_attributes(attributes)
         verification = result.verification
         if not result.compacted and verification is not None and not verification.ok:

@@ -32,6 +32,7 @@ import threading
 import types
 import weakref
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -48,7 +49,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.sampling import Sampler, _get_from_env_or_default
-from opentelemetry.trace import TracerProvider
+from opentelemetry.trace import Link, Span, TracerProvider
 
 from otel_compaction.gate import CompactionGate
 from otel_compaction.ledger import ObligationLedger, default_ledger
@@ -58,6 +59,7 @@ from otel_compaction.sources import ObligationSource, ObligationSources
 from otel_compaction.telemetry.decisions import DecisionTelemetry, SeveredObligations
 from otel_compaction.telemetry.metrics import CompactionMetrics
 from otel_compaction.telemetry.processor import LedgerSpanProcessor
+from otel_compaction.telemetry.runs import agent_run
 from otel_compaction.telemetry.sampler import ObligationSampler
 from otel_compaction.telemetry.unreachable import (
     UNREACHABLE_EXPORT_TIMEOUT_S,
@@ -116,6 +118,28 @@ class Telemetry:
         self._meter_shutdown_millis: float = _SDK_SHUTDOWN_MILLIS
         self._shut_down = False
         self._quiet: NothingListens | None = None
+
+    def agent_run(
+        self,
+        name: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        links: Sequence[Link] = (),
+    ) -> AbstractContextManager[Span]:
+        """The run's ``invoke_agent`` span, current for a ``with`` block (`runs.agent_run`):
+        the tool calls, decisions and compactions inside it are its children, one trace per
+        run. `name` defaults to the agent name given to `configure`.
+
+        Example:
+            >>> with telemetry.agent_run(conversation_id="conv-7"):  # doctest: +SKIP
+            ...     telemetry.recorder.call("restart", "call_1")
+        """
+        return agent_run(
+            name or self.recorder.agent_name,
+            conversation_id=conversation_id,
+            tracer_provider=self.tracer_provider,
+            links=links,
+        )
 
     def gate(
         self, policy: Policy | str = "default", *, sources: Iterable[ObligationSource] = ()

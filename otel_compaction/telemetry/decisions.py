@@ -107,6 +107,18 @@ class DecisionTelemetry:
         }
         if decision.conversation_id:
             attributes[semconv.GEN_AI_CONVERSATION_ID] = decision.conversation_id
+        # What trace UIs show for a span: its kind, and what went in and came out (the
+        # obligations by id only with capture on: a reference's id is content).
+        capture = capture_content_enabled() if self._capture is None else self._capture
+        attributes[semconv.OPENINFERENCE_SPAN_KIND] = "GUARDRAIL"
+        start, end = decision.requested
+        critical = ", critical" if decision.critical else ""
+        attributes[semconv.OPENINFERENCE_INPUT] = (
+            f"compact messages {start}:{end} of {len(analysis.transcript)}{critical}"
+        )
+        attributes[semconv.OPENINFERENCE_OUTPUT] = (
+            decision.describe() if capture else decision.outline()
+        )
         event: dict[str, Any] = {
             semconv.RULES: rules,
             semconv.OBLIGATION_IDS: [self._id(ref) for ref in decision.obligations],

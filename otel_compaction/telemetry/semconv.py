@@ -46,10 +46,16 @@ CHAT: Final = gen_ai_attributes.GenAiOperationNameValues.CHAT.value
 """``gen_ai.operation.name`` of a model request (Chat Completions, Responses, Messages)."""
 TEXT_COMPLETION: Final = gen_ai_attributes.GenAiOperationNameValues.TEXT_COMPLETION.value
 GENERATE_CONTENT: Final = gen_ai_attributes.GenAiOperationNameValues.GENERATE_CONTENT.value
+INVOKE_AGENT: Final = gen_ai_attributes.GenAiOperationNameValues.INVOKE_AGENT.value
+"""``gen_ai.operation.name`` of an agent run; its span, ``invoke_agent {agent}``, is the parent
+of the run's model calls, tool calls and compaction decisions (`telemetry.runs.agent_run`)."""
 
-# -- other GenAI instrumentations' names, read (never written) to find their inference span ------
+# -- other GenAI instrumentations' names: read to find their inference span; the span kind is
+# also written on this package's own spans, which is how Phoenix shows a span's kind -----------
 OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
 OPENINFERENCE_LLM: Final = "LLM"
+OPENINFERENCE_INPUT: Final = "input.value"
+OPENINFERENCE_OUTPUT: Final = "output.value"
 OPENLLMETRY_REQUEST_TYPE: Final = "llm.request.type"
 
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -191,6 +197,9 @@ COMPACTED: Final = "compaction.compacted"
 HOLD_REASON: Final = "compaction.hold.reason"
 """Why a ``compaction.apply`` replaced nothing (``compaction.compacted`` false): the span was
 held verbatim because its summary failed verification or would not have been smaller."""
+OUTCOME: Final = "compaction.outcome"
+"""What a ``compaction.apply`` did, in one word (`CompactionResult.outcome`): ``compacted``,
+``deferred``, ``held`` or ``not needed``."""
 SUMMARY_ATTEMPTS: Final = "compaction.summary.attempts"
 VERIFIED: Final = "compaction.summary.verified"
 MISSING: Final = "compaction.summary.missing"
