@@ -629,3 +629,34 @@ def test_settings_apply_to_the_telemetry_it_configures(
     [call] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool search"]
     assert (call.attributes or {})[sc.GEN_AI_AGENT_NAME] == "fleet-operator"
     assert (call.attributes or {})[sc.OBLIGATION_STATUS] == "abandoned"
+
+
+def test_a_loop_inside_agent_run_is_one_trace(
+    instrumented: Instrumented, fake_llm_server: FakeLLMServer
+) -> None:
+    """A plain SDK loop in `agent_run`: its model requests and the calls they emit are
+    children of the run's ``invoke_agent`` span, with the run's conversation."""
+    from otel_compaction.instrumentation import agent_run
+
+    client = openai_client(fake_llm_server)
+    fake_llm_server.enqueue("chat", tool_calls=[ToolCall("restart", {"service": "web"}, id="c1")])
+    fake_llm_server.enqueue("chat", "Restarted.")
+    tracer_provider = instrumented.pipeline.telemetry.tracer_provider
+    messages: list[Any] = [{"role": "user", "content": "Restart web."}]
+    with agent_run("ops", conversation_id="conv-loop", tracer_provider=tracer_provider):
+        first = client.chat.completions.create(model=MODEL, messages=messages)
+        call = first.choices[0].message.tool_calls[0]
+        messages += [
+            first.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "ok"},
+        ]
+        client.chat.completions.create(model=MODEL, messages=messages)
+    [run] = instrumented.spans("invoke_agent ops")
+    assert run.context is not None
+    others = [s for s in instrumented.spans() if s is not run]
+    assert {s.name for s in others} >= {"compaction.model_request", "execute_tool restart"}
+    for span in others:
+        assert span.context is not None and span.context.trace_id == run.context.trace_id
+    requests = instrumented.spans("compaction.model_request")
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in requests)
+    assert {(s.attributes or {}).get(sc.GEN_AI_CONVERSATION_ID) for s in requests} == {"conv-loop"}

@@ -27,6 +27,16 @@ every installed library::
 
 or one of them: ``CompactionOpenAIInstrumentor().instrument()``, with the same arguments.
 
+A plain SDK loop (no framework opens a run) makes each run one trace with `agent_run`, the
+GenAI ``invoke_agent`` span, recorded with the global tracer provider that
+``opentelemetry-instrument`` installed; the model calls, tool calls and decisions inside it are
+its children::
+
+    from otel_compaction.instrumentation import agent_run
+
+    with agent_run("support-agent", conversation_id=session_id):
+        ...  # the agent's loop: client.chat.completions.create(...), tools, compaction
+
 Whichever starts first builds the runtime (the telemetry, the ledger and recorder in it, the
 gate's policy) from its arguments and the environment (see `_settings`); the others record into
 it too, so a tool call two layers see is one obligation (`ToolCallRecorder.call`'s ``layer``).
@@ -73,6 +83,7 @@ from otel_compaction.instrumentation._wrapping import Patches
 from otel_compaction.integrations import Integration, Registration, registration
 from otel_compaction.ledger import ObligationLedger
 from otel_compaction.telemetry.configuration import Telemetry, configure
+from otel_compaction.telemetry.runs import agent_run
 
 __all__ = [
     "CompactionAgentsInstrumentor",
@@ -81,6 +92,7 @@ __all__ = [
     "CompactionLangChainInstrumentor",
     "CompactionMCPInstrumentor",
     "CompactionOpenAIInstrumentor",
+    "agent_run",
     "instrumentors",
 ]
 
