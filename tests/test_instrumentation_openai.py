@@ -645,7 +645,7 @@ def test_a_loop_inside_agent_run_is_one_trace(
     messages: list[Any] = [{"role": "user", "content": "Restart web."}]
     with agent_run("ops", conversation_id="conv-loop", tracer_provider=tracer_provider):
         first = client.chat.completions.create(model=MODEL, messages=messages)
-        call = first.choices[0].message.tool_calls[0]
+        [call] = first.choices[0].message.tool_calls or []
         messages += [
             first.choices[0].message.model_dump(exclude_none=True),
             {"role": "tool", "tool_call_id": call.id, "content": "ok"},
