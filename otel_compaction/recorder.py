@@ -32,7 +32,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from time import monotonic_ns
 from typing import Any, ParamSpec, TypeVar
 
@@ -47,6 +47,7 @@ from otel_compaction.ledger import Obligation, ObligationKind, ObligationLedger,
 from otel_compaction.reissue import SideEffectLog
 from otel_compaction.telemetry import semconv
 from otel_compaction.telemetry.metrics import CompactionMetrics
+from otel_compaction.telemetry.runs import agent_run
 from otel_compaction.telemetry.scope import capture_content_enabled, package_tracer
 from otel_compaction.transcript import ToolCall
 
@@ -253,6 +254,7 @@ class ToolCallRecorder:
         self.ledger = ledger if ledger is not None else ObligationLedger()
         self.side_effects = side_effects if side_effects is not None else SideEffectLog()
         self._metrics = metrics
+        self._tracer_provider = tracer_provider
         self._tracer = package_tracer(tracer_provider)
         if metrics is not None:
             with internal_errors("watching the ledger's metrics"):
@@ -269,6 +271,23 @@ class ToolCallRecorder:
         self._ids = itertools.count(1)
         with internal_errors("subscribing to the ledger's bound"):
             self.ledger.subscribe(on_overflow=_weak_listener(self._dropped))
+
+    def agent_run(
+        self,
+        name: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        links: Sequence[Link] = (),
+    ) -> AbstractContextManager[Span]:
+        """The run's ``invoke_agent`` span on this recorder's tracer provider, current for a
+        ``with`` block (`otel_compaction.telemetry.runs.agent_run`): the calls recorded inside
+        it are its children, one trace per run. `name` defaults to the recorder's agent name."""
+        return agent_run(
+            name or self.agent_name,
+            conversation_id=conversation_id,
+            tracer_provider=self._tracer_provider,
+            links=links,
+        )
 
     @property
     def capture_content(self) -> bool:

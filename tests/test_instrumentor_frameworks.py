@@ -272,14 +272,11 @@ def test_create_agent_over_chat_openai_records_each_call_once(
     )
     assert {o.status for o in records} == {"result"}
     assert ledger.open_obligations() == ()
-    # One layer's conversation holds them: LangChain's thread, or the SDK layer's (it saw
-    # each call first) when it reads the answers.
+    # The run's thread is the conversation of every layer: the run span scopes it, so the
+    # SDK layer, which saw each call first when it reads the answers, records it there too.
     conversations = {o.conversation_id for o in records}
-    if model_class == "ChatOpenAI":
-        assert conversations == {"chat-7"}
-    else:
-        (only,) = conversations
-        assert only.startswith("derived:")
+    assert conversations == {"chat-7"}
+    if model_class != "ChatOpenAI":
         requests = pipeline.spans(sc.MODEL_REQUEST_SPAN)
         assert [(s.attributes or {})[sc.RESPONSE_TOOL_CALLS] for s in requests] == [2, 1, 0]
 

@@ -266,9 +266,18 @@ def test_agent_tool_calls_become_spans_and_ledger_records(pipeline: Pipeline) ->
     assert sorted(s.name for s in pipeline.spans()) == [
         "execute_tool book_flight",
         "execute_tool search_flights",
+        "invoke_agent LangGraph",
         "tool_result book_flight",
         "tool_result search_flights",
     ]
+    # One trace: the graph's run span is the parent of its tool calls and results.
+    run = pipeline.span("invoke_agent LangGraph")
+    assert _attrs(run)[sc.GEN_AI_CONVERSATION_ID] == "trip-42"
+    assert all(
+        s.parent is not None and s.parent.span_id == run.context.span_id
+        for s in pipeline.spans()
+        if s is not run
+    )
     search = pipeline.span("execute_tool search_flights")
     assert _attrs(search) == {
         sc.GEN_AI_OPERATION_NAME: "execute_tool",

@@ -59,7 +59,6 @@ from otel_compaction.sources import ObligationSource, ObligationSources
 from otel_compaction.telemetry.decisions import DecisionTelemetry, SeveredObligations
 from otel_compaction.telemetry.metrics import CompactionMetrics
 from otel_compaction.telemetry.processor import LedgerSpanProcessor
-from otel_compaction.telemetry.runs import agent_run
 from otel_compaction.telemetry.sampler import ObligationSampler
 from otel_compaction.telemetry.unreachable import (
     UNREACHABLE_EXPORT_TIMEOUT_S,
@@ -134,12 +133,7 @@ class Telemetry:
             >>> with telemetry.agent_run(conversation_id="conv-7"):  # doctest: +SKIP
             ...     telemetry.recorder.call("restart", "call_1")
         """
-        return agent_run(
-            name or self.recorder.agent_name,
-            conversation_id=conversation_id,
-            tracer_provider=self.tracer_provider,
-            links=links,
-        )
+        return self.recorder.agent_run(name, conversation_id=conversation_id, links=links)
 
     def gate(
         self, policy: Policy | str = "default", *, sources: Iterable[ObligationSource] = ()

@@ -23,6 +23,7 @@ import asyncio
 import functools
 import threading
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
 
@@ -31,6 +32,8 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
+from opentelemetry import trace
+from opentelemetry.trace import Span
 
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.integrations import outer_call
@@ -71,13 +74,16 @@ class ObligationCallbackHandler(BaseCallbackHandler):
         self._tool_runs: dict[UUID, tuple[ToolCallHandle, str | None, outer_call.Mark]] = {}
         # Calls the model emitted and no tool has picked up yet, per (conversation, call id).
         self._emitted: dict[tuple[str, str], list[ToolCallHandle]] = {}
+        # The open run span of each root chain run.
+        self._runs: dict[UUID, AbstractContextManager[Span]] = {}
 
-    # Only model and tool events matter: LangChain skips the rest for this handler. (Tool
-    # events are dispatched under `ignore_agent`, so that one stays False.)
+    # Model and tool events, and a root chain's start and end (the run's span): LangChain
+    # skips the rest for this handler. (Tool events are dispatched under `ignore_agent`, so
+    # that one stays False.)
     @property
     def ignore_chain(self) -> bool:
-        """Chain events are not needed."""
-        return True
+        """Chain events open and close the run's span (only a root chain's do anything)."""
+        return False
 
     @property
     def ignore_retriever(self) -> bool:
@@ -93,6 +99,55 @@ class ObligationCallbackHandler(BaseCallbackHandler):
     def ignore_custom_event(self) -> bool:
         """Custom events are not needed."""
         return True
+
+    # -- runs: one trace per root chain ------------------------------------------------------
+
+    @internal_errors("the LangChain callback on_chain_start")
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A root chain (an agent's or a graph's ``invoke``) opens the run's ``invoke_agent``
+        span, current until it ends: its model calls, tool calls and decisions are its
+        children. Nested chains, and a run already inside a span (the application's, or
+        another instrumentation's agent span), open nothing."""
+        if parent_run_id is not None or trace.get_current_span().get_span_context().is_valid:
+            return
+        name = kwargs.get("name") or (serialized or {}).get("name")
+        run = self.recorder.agent_run(
+            str(name) if name else None, conversation_id=conversation_of(metadata)
+        )
+        run.__enter__()
+        with self._lock:
+            self._runs[run_id] = run
+            while len(self._runs) > _BOUND:
+                self._runs.pop(next(iter(self._runs))).__exit__(None, None, None)
+
+    @internal_errors("the LangChain callback on_chain_end")
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """A root chain's end ends the run's span."""
+        self._end_run(run_id, None)
+
+    @internal_errors("the LangChain callback on_chain_error")
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """A root chain that failed ends the run's span as an error; an interrupt (a run
+        paused for a human) is no error."""
+        self._end_run(run_id, None if isinstance(error, GraphBubbleUp) else error)
+
+    def _end_run(self, run_id: UUID, error: BaseException | None) -> None:
+        with self._lock:
+            run = self._runs.pop(run_id, None)
+        if run is not None:
+            run.__exit__(
+                type(error) if error else None, error, error.__traceback__ if error else None
+            )
 
     # -- chat models -------------------------------------------------------------------------
 
