@@ -51,6 +51,13 @@ DEPLOY_SUMMARY = (
 )
 
 
+RESTART: tuple[tuple[Api, Reply], ...] = (
+    ("chat", Reply(tool_calls=(ToolCall("restart", {"service": "web-7"}),))),
+    ("chat", Reply("web-7 is restarted.")),
+)
+"""A model that calls ``restart`` for web-7, then says it is done."""
+
+
 @dataclass(frozen=True)
 class Snippet:
     """What one python block needs: the fake model's answers, and its environment."""
@@ -71,12 +78,7 @@ PYTHON_SNIPPETS: dict[str, Snippet] = {
     # docs/fleets.md
     "fleet": Snippet(postgres=True),
     # docs/frameworks.md
-    "langchain": Snippet(
-        answers=(
-            ("chat", Reply(tool_calls=(ToolCall("restart", {"service": "web-7"}),))),
-            ("chat", Reply("web-7 is restarted.")),
-        )
-    ),
+    "langchain": Snippet(answers=RESTART),
     "agents": Snippet(
         answers=(
             ("responses", Reply(tool_calls=(ToolCall("deploy", {"service": "web-7"}),))),
@@ -89,17 +91,19 @@ PYTHON_SNIPPETS: dict[str, Snippet] = {
     "telemetry": Snippet(),
     # docs/verification.md
     "verify": Snippet(),
+    # docs/zero-code.md
+    "sdk-agent": Snippet(answers=RESTART),
 }
 """Every python block of the pages, by key, page by page (`readme_snippets.pages`) and in each
 page's order."""
 
-SHELL_SNIPPETS = ("console", "quiet")
+SHELL_SNIPPETS = ("console", "quiet", "sdk-agent-console")
 """The shell blocks run here with an agent (the Phoenix ones run in ``test_e2e_phoenix.py``)."""
 
-OUTPUT_SNIPPETS = ("hook-help", "hook-status-help", "hook-resolve-help")
+OUTPUT_SNIPPETS = ("demo", "hook-help", "hook-status-help", "hook-resolve-help")
 """The commands whose output a page shows, in the ``text`` block keyed ``KEY-output``."""
 
-POLICY_SNIPPETS = ("side-effects-policy",)
+POLICY_SNIPPETS = ("side-effects-policy", "my-policy")
 """The ``yaml`` blocks that are policy files."""
 
 
@@ -254,11 +258,15 @@ def _contains(actual: Any, sample: Any) -> bool:
 
 
 def _shell(
-    key: str, server: FakeLLMServer, cwd: Path, strip: tuple[str, ...] = ()
+    key: str,
+    server: FakeLLMServer,
+    cwd: Path,
+    strip: tuple[str, ...] = (),
+    agent: str = "telemetry",
 ) -> subprocess.CompletedProcess[str]:
-    """Run the README's shell block `key` with bash in `cwd`, the telemetry example as
-    ``agent.py``; `strip` removes variables from the environment."""
-    (cwd / "agent.py").write_text(keyed()["telemetry"].code, encoding="utf-8")
+    """Run the shell block `key` with bash in `cwd`, the python block `agent` as ``agent.py``;
+    `strip` removes variables from the environment."""
+    (cwd / "agent.py").write_text(keyed()[agent].code, encoding="utf-8")
     environment = _environment(server, {})
     for name in strip:
         environment.pop(name, None)
@@ -336,3 +344,30 @@ def test_a_policy_a_page_shows_is_valid(
     argv = [str(BIN / "otel-compaction"), "policy", "validate", "my-policy.yaml"]
     result = _run(argv, tmp_path, _environment(fake_llm_server, {}))
     assert result.returncode == 0, _describe(block, result)
+
+
+def test_a_plain_sdk_loop_under_opentelemetry_instrument_records_its_tool_call(
+    fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    block = keyed()["sdk-agent-console"]
+    assert "opentelemetry-instrument" in block.code
+    for api, reply in RESTART:
+        fake_llm_server.enqueue_reply(api, reply)
+    result = _shell(
+        "sdk-agent-console",
+        fake_llm_server,
+        tmp_path,
+        strip=("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER"),
+        agent="sdk-agent",
+    )
+    assert result.returncode == 0, _describe(block, result)
+    assert "Traceback" not in result.stderr, _describe(block, result)
+    assert expected_output(keyed()["sdk-agent"].code)[0] in result.stdout.splitlines()
+    assert fake_llm_server.pending() == 0
+
+    spans = [item for item in _json_objects(result.stdout) if "context" in item and "name" in item]
+    [call] = [span for span in spans if span["name"] == "execute_tool restart"]
+    [answer] = [span for span in spans if span["name"] == "tool_result restart"]
+    assert call["attributes"]["gen_ai.tool.name"] == "restart"
+    assert answer["attributes"]["compaction.obligation.status"] == "result"
+    assert [link["context"]["span_id"] for link in answer["links"]] == [call["context"]["span_id"]]
