@@ -33,7 +33,7 @@ from readme_snippets import keyed
 from otel_compaction.telemetry import semconv
 
 PROJECT = "otel-compaction-e2e"
-DEMO_PROJECT = "otel-compaction-demo"  # as the README's command names it
+DEMO_PROJECT = "otel-compaction-demo"  # as the zero-code page's command names it
 STEPS = 2
 AGENT = Path(__file__).with_name("e2e_agent.py")
 
@@ -144,7 +144,7 @@ def test_phoenix_receives_tool_calls_results_and_the_refusal(
 
 
 def test_the_readme_demo_command_reaches_phoenix(phoenix: PhoenixServer, tmp_path: Path) -> None:
-    """The README's "See it" command, run against this Phoenix instead of port 6006."""
+    """The zero-code page's "See it" command, run against this Phoenix instead of port 6006."""
     command = keyed()["phoenix-demo"].code
     assert "http://127.0.0.1:6006" in command
     command = command.replace("http://127.0.0.1:6006", phoenix.url)

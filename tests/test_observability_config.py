@@ -247,9 +247,9 @@ def test_mounted_files_exist_where_the_services_read_them() -> None:
     assert home == f"{provider['options']['path']}/{DASHBOARD.name}"
 
 
-def test_the_readme_names_the_ports_compose_publishes() -> None:
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Observability stack", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_name_the_ports_compose_publishes() -> None:
+    page = (REPO_ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    section = page.split("## Observability stack", 1)[1].split("\n## ", 1)[0]
     section = section.split("**Without a Collector**", 1)[0]  # then: the agent's own port
     mentioned = {int(port) for port in re.findall(r"127\.0\.0\.1:(\d+)", section)}
     published = {

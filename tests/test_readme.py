@@ -1,15 +1,20 @@
-"""The README's code runs as written.
+"""The README's code, and every page's in ``docs/``, runs as written.
 
-Every ``python`` block of the README runs, in order, as a script of its own: in a subprocess of
-this interpreter, in a temporary directory, with the real SDK clients pointed at the tests' fake
-model server by ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` and fake keys, no OTLP endpoint and
-the exporters off (``none``) unless the block is about exporting. Each block carries a key
-(``<!-- snippet: KEY -->`` on the line above it) naming what the fake model answers it; a block
-without a key, or a key without a block, fails. A block must exit 0 without a traceback, print
-exactly the lines its comments show, and use every answer scripted for it.
+Every ``python`` block of the README and of the pages in ``docs/`` runs, page by page in the
+order of `readme_snippets.pages` and in each page's order, as a script of its own: in a
+subprocess of this interpreter, in a temporary directory, with the real SDK clients pointed at
+the tests' fake model server by ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` and fake keys, no
+OTLP endpoint and the exporters off (``none``) unless the block is about exporting. Each block
+carries a key (``<!-- snippet: KEY -->`` on the line above it, unique over all the pages)
+naming what the fake model answers it; a block without a key, or a key without a block, fails.
+A block must exit 0 without a traceback, print exactly the lines its comments show, and use
+every answer scripted for it.
 
-The shell blocks that are safe and quick run too: the console exporters' first look (what they
-print must contain the README's sample) and the quiet run under ``opentelemetry-instrument``.
+The shell blocks that are safe and quick run too, with this interpreter's environment first on
+``PATH`` as an activated ``.venv`` puts it: the console exporters' first look (what they print
+must contain the sample), the quiet run under ``opentelemetry-instrument``, and the commands
+whose output a page shows (a ``text`` block keyed ``KEY-output`` right after the command
+``KEY``: printed exactly). The policy files the pages show pass ``policy validate``.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from fake_llm_server import (
     ToolCall,
 )
 from postgres_server import postgres_fixture, postgres_url_fixture  # noqa: F401 - fixtures
-from readme_snippets import Block, blocks, expected_output, keyed
+from readme_snippets import PAGES, Block, blocks, expected_output, keyed
 
 BIN = Path(sys.executable).parent
 
@@ -46,9 +51,16 @@ DEPLOY_SUMMARY = (
 )
 
 
+RESTART: tuple[tuple[Api, Reply], ...] = (
+    ("chat", Reply(tool_calls=(ToolCall("restart", {"service": "web-7"}),))),
+    ("chat", Reply("web-7 is restarted.")),
+)
+"""A model that calls ``restart`` for web-7, then says it is done."""
+
+
 @dataclass(frozen=True)
 class Snippet:
-    """What one README block needs: the fake model's answers, and its environment."""
+    """What one python block needs: the fake model's answers, and its environment."""
 
     answers: tuple[tuple[Api, Reply], ...] = ()
     env: dict[str, str] = field(default_factory=dict)
@@ -59,29 +71,40 @@ class Snippet:
 
 
 PYTHON_SNIPPETS: dict[str, Snippet] = {
+    # README.md
     "gate": Snippet(),
+    # docs/api.md
     "compactor": Snippet(answers=(("chat", Reply(DEPLOY_SUMMARY)),)),
-    "telemetry": Snippet(),
-    "langchain": Snippet(
-        answers=(
-            ("chat", Reply(tool_calls=(ToolCall("restart", {"service": "web-7"}),))),
-            ("chat", Reply("web-7 is restarted.")),
-        )
-    ),
+    # docs/fleets.md
+    "fleet": Snippet(postgres=True),
+    # docs/frameworks.md
+    "langchain": Snippet(answers=RESTART),
     "agents": Snippet(
         answers=(
             ("responses", Reply(tool_calls=(ToolCall("deploy", {"service": "web-7"}),))),
             ("responses", Reply("web-7 is deployed.")),
         )
     ),
+    # docs/observability.md
     "prometheus": Snippet(lock="9464"),
-    "fleet": Snippet(postgres=True),
+    # docs/telemetry.md
+    "telemetry": Snippet(),
+    # docs/verification.md
     "verify": Snippet(),
+    # docs/zero-code.md
+    "sdk-agent": Snippet(answers=RESTART),
 }
-"""Every python block of the README, by key, in the README's order."""
+"""Every python block of the pages, by key, page by page (`readme_snippets.pages`) and in each
+page's order."""
 
-SHELL_SNIPPETS = ("console", "quiet")
-"""The shell blocks run here (the Phoenix ones run in ``test_e2e_phoenix.py``)."""
+SHELL_SNIPPETS = ("console", "quiet", "sdk-agent-console")
+"""The shell blocks run here with an agent (the Phoenix ones run in ``test_e2e_phoenix.py``)."""
+
+OUTPUT_SNIPPETS = ("demo", "hook-help", "hook-status-help", "hook-resolve-help")
+"""The commands whose output a page shows, in the ``text`` block keyed ``KEY-output``."""
+
+POLICY_SNIPPETS = ("side-effects-policy", "my-policy")
+"""The ``yaml`` blocks that are policy files."""
 
 
 def _environment(server: FakeLLMServer, extra: dict[str, str]) -> dict[str, str]:
@@ -142,20 +165,26 @@ def _run(
 
 def _describe(block: Block, result: subprocess.CompletedProcess[str]) -> str:
     return (
-        f"README.md:{block.line} ({block.key}) exited {result.returncode}\n"
+        f"{block.where} ({block.key}) exited {result.returncode}\n"
         f"--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
     )
 
 
 def test_every_python_block_has_a_key_and_every_key_a_block() -> None:
-    python = [block for block in blocks() if block.language == "python"]
-    assert python, "the README has no python blocks"
-    unkeyed = [block.line for block in python if block.key is None]
+    python = [block for page in PAGES for block in blocks(page) if block.language == "python"]
+    assert python, "the pages have no python blocks"
+    unkeyed = [block.where for block in python if block.key is None]
     assert not unkeyed, f"python blocks without a <!-- snippet: KEY --> comment at {unkeyed}"
     assert [block.key for block in python] == list(PYTHON_SNIPPETS)
     shell = keyed()
-    for key in SHELL_SNIPPETS:
+    for key in (*SHELL_SNIPPETS, *OUTPUT_SNIPPETS):
         assert key in shell and shell[key].language == "sh", key
+    for key in OUTPUT_SNIPPETS:
+        output = shell.get(f"{key}-output")
+        assert output is not None and output.language == "text", f"{key}-output"
+        assert output.page == shell[key].page, f"{key}-output is on another page"
+    for key in POLICY_SNIPPETS:
+        assert key in shell and shell[key].language == "yaml", key
 
 
 def test_expected_output_reads_printed_lines_and_their_continuations() -> None:
@@ -229,11 +258,15 @@ def _contains(actual: Any, sample: Any) -> bool:
 
 
 def _shell(
-    key: str, server: FakeLLMServer, cwd: Path, strip: tuple[str, ...] = ()
+    key: str,
+    server: FakeLLMServer,
+    cwd: Path,
+    strip: tuple[str, ...] = (),
+    agent: str = "telemetry",
 ) -> subprocess.CompletedProcess[str]:
-    """Run the README's shell block `key` with bash in `cwd`, the telemetry example as
-    ``agent.py``; `strip` removes variables from the environment."""
-    (cwd / "agent.py").write_text(keyed()["telemetry"].code, encoding="utf-8")
+    """Run the shell block `key` with bash in `cwd`, the python block `agent` as ``agent.py``;
+    `strip` removes variables from the environment."""
+    (cwd / "agent.py").write_text(keyed()[agent].code, encoding="utf-8")
     environment = _environment(server, {})
     for name in strip:
         environment.pop(name, None)
@@ -289,3 +322,52 @@ def test_quiet_first_run_under_opentelemetry_instrument(
     assert result.returncode == 0, _describe(block, result)
     assert result.stdout.splitlines() == expected_output(keyed()["telemetry"].code)
     assert result.stderr == "", _describe(block, result)
+
+
+@pytest.mark.parametrize("key", OUTPUT_SNIPPETS)
+def test_a_command_prints_what_its_page_shows(
+    key: str, fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    block = keyed()[key]
+    environment = _environment(fake_llm_server, {"COLUMNS": "80"})
+    result = _run(["bash", "-euo", "pipefail", "-c", block.code], tmp_path, environment)
+    assert result.returncode == 0, _describe(block, result)
+    assert result.stdout == keyed()[f"{key}-output"].code, _describe(block, result)
+
+
+@pytest.mark.parametrize("key", POLICY_SNIPPETS)
+def test_a_policy_a_page_shows_is_valid(
+    key: str, fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    block = keyed()[key]
+    (tmp_path / "my-policy.yaml").write_text(block.code, encoding="utf-8")
+    argv = [str(BIN / "otel-compaction"), "policy", "validate", "my-policy.yaml"]
+    result = _run(argv, tmp_path, _environment(fake_llm_server, {}))
+    assert result.returncode == 0, _describe(block, result)
+
+
+def test_a_plain_sdk_loop_under_opentelemetry_instrument_records_its_tool_call(
+    fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    block = keyed()["sdk-agent-console"]
+    assert "opentelemetry-instrument" in block.code
+    for api, reply in RESTART:
+        fake_llm_server.enqueue_reply(api, reply)
+    result = _shell(
+        "sdk-agent-console",
+        fake_llm_server,
+        tmp_path,
+        strip=("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_LOGS_EXPORTER"),
+        agent="sdk-agent",
+    )
+    assert result.returncode == 0, _describe(block, result)
+    assert "Traceback" not in result.stderr, _describe(block, result)
+    assert expected_output(keyed()["sdk-agent"].code)[0] in result.stdout.splitlines()
+    assert fake_llm_server.pending() == 0
+
+    spans = [item for item in _json_objects(result.stdout) if "context" in item and "name" in item]
+    [call] = [span for span in spans if span["name"] == "execute_tool restart"]
+    [answer] = [span for span in spans if span["name"] == "tool_result restart"]
+    assert call["attributes"]["gen_ai.tool.name"] == "restart"
+    assert answer["attributes"]["compaction.obligation.status"] == "result"
+    assert [link["context"]["span_id"] for link in answer["links"]] == [call["context"]["span_id"]]

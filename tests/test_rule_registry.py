@@ -1,4 +1,4 @@
-"""One rule, one module, one registry line: the policies, the README and the registry agree."""
+"""One rule, one module, one registry line: the policies, the docs and the registry agree."""
 
 from __future__ import annotations
 
@@ -16,11 +16,15 @@ from otel_compaction import Policy
 from otel_compaction.policy import builtin_policy_dir
 from otel_compaction.rules import BUILTIN_POLICIES, RULES, Rule
 
-README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = "\n".join(
+    (REPO_ROOT / "docs" / page).read_text(encoding="utf-8")
+    for page in ("rules.md", "verification.md")
+)
+"""The pages of the rule table, writing a rule, and summary verification."""
 
 
 def section(title: str) -> str:
-    return README.split(f"\n{title}\n", 1)[1].split("\n## ", 1)[0]
+    return DOCS.split(f"\n{title}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def test_every_rule_module_is_registered_once() -> None:
@@ -57,7 +61,7 @@ def test_strict_and_lenient_extend_default_and_keep_no_patterns() -> None:
         assert Policy.load(name).patterns == Policy.load("default").patterns
 
 
-def test_the_readme_rule_table_is_the_registry() -> None:
+def test_the_docs_rule_table_is_the_registry() -> None:
     table = section("## Rules and policies")
     rows = re.findall(
         r"^\| `(\w+)` \| (\w+) \| (.+?) \| (\w+) \| (\w+) \| (\w+) \|$", table, re.MULTILINE
@@ -81,11 +85,11 @@ def test_writing_a_rule_names_the_files_it_touches() -> None:
         assert needle in text
 
 
-def test_the_readme_verification_example_runs_as_printed() -> None:
+def test_the_docs_verification_example_runs_as_printed() -> None:
     block = section("## Summary verification").split("```python\n", 1)[1].split("```", 1)[0]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(block, "README.md", "exec"), {})
+        exec(compile(block, "docs/verification.md", "exec"), {})
     printed = [line[2:].strip() for line in block.splitlines() if line.startswith("# ")]
     assert out.getvalue().split() == " ".join(printed).split()
 
