@@ -688,7 +688,8 @@ def _cost_of_safety(pairs: list[tuple[RunStats, RunStats]]) -> str:
 
 _NEXT_STEPS = """Next steps:
   decisions as lines, a chart:  otel-compaction demo --verbose --plot demo.svg
-  the spans in Jaeger: start collector-config/ (README, "Observability stack"),
+  the report as data:           otel-compaction demo --format json
+  the spans in Jaeger: start collector-config/ (docs/observability.md),
     then OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 otel-compaction demo
   your own transcript:  otel-compaction check transcript.json
   Claude Code, Codex:   otel-compaction hook install claude-code   (or codex)

@@ -89,10 +89,12 @@ PYTHON_SNIPPETS: dict[str, Snippet] = {
     "prometheus": Snippet(lock="9464"),
     # docs/telemetry.md
     "telemetry": Snippet(),
+    "agent-run": Snippet(),
     # docs/verification.md
     "verify": Snippet(),
     # docs/zero-code.md
     "sdk-agent": Snippet(answers=RESTART),
+    "sdk-agent-run": Snippet(),
 }
 """Every python block of the pages, by key, page by page (`readme_snippets.pages`) and in each
 page's order."""
