@@ -126,7 +126,7 @@ def instrument(
     telemetry: Telemetry,
     *,
     guard_summarization: bool | None = None,
-    policy: Policy | str = "default",
+    policy: Policy | str | None = None,
     on_refuse: OnRefuse = "raise",
 ) -> bool:
     """Record the tool calls of every LangChain and LangGraph run through `telemetry`.
@@ -138,7 +138,8 @@ def instrument(
         telemetry: the configured telemetry (its recorder, ledger and gate).
         guard_summarization: also guard the built-in ``SummarizationMiddleware``; from
             ``OTEL_COMPACTION_GUARD_LANGCHAIN_SUMMARIZATION`` when None.
-        policy: the policy the guarded built-in middleware asks the gate with.
+        policy: the policy the guarded built-in middleware asks the gate with; the
+            telemetry's when None.
         on_refuse: what the guarded built-in middleware does on a refusal.
 
     Returns:
@@ -167,7 +168,7 @@ def instrument(
 
 
 def _summarization(
-    telemetry: Telemetry | None, guard: bool, policy: Policy | str, on_refuse: OnRefuse
+    telemetry: Telemetry | None, guard: bool, policy: Policy | str | None, on_refuse: OnRefuse
 ) -> None:
     """Install the middleware's default telemetry, and guard or unguard the built-in one
     (lock held). LangGraph alone, without ``langchain``'s agents, has neither."""
@@ -196,7 +197,7 @@ def uninstrument() -> None:
         if not _STATE.hooked:
             return
         with internal_errors("uninstrumenting LangChain"):
-            _summarization(None, False, "default", "raise")
+            _summarization(None, False, None, "raise")
 
 
 def is_instrumented() -> bool:
