@@ -299,3 +299,19 @@ SHIP_DEPLOYS_AND_SLACK_READS = Policy.from_yaml(
 )
 """A telemetry's own policy that a compactor's policy replaces: every verdict is the
 compactor's (the post is a side effect and `make ship` builds under ``default``)."""
+
+
+def test_a_whole_history_compaction_keeps_in_context_only_what_it_shows() -> None:
+    from otel_compaction.recorder import ToolCallRecorder
+
+    recorder = ToolCallRecorder()
+    post = {"channel": "ops", "text": "deployed"}
+    for call_id in ("m1", "m2"):
+        recorder.call("post_message", call_id, arguments=post, conversation_id="s").result("ok")
+    recorder.compacted_except("s", ["m2"])
+    assert recorder.reissue_of("post_message", post, conversation_id="s") is None  # m2 shows
+    recorder.compacted_except("s", [])
+    repeated = recorder.reissue_of("post_message", post, conversation_id="s")
+    assert repeated is not None and repeated.call_id == "m2"
+    assert recorder.reissue_of("post_message", {**post, "text": "x"}, conversation_id="s") is None
+    assert recorder.reissue_of("post_message", post, conversation_id="other") is None
