@@ -253,13 +253,24 @@ def _add_hook_tools(hooks: Any) -> None:
 def _add_archive(commands: Any) -> None:
     """The ``archive`` command and its actions."""
     from otel_compaction.archive import ARCHIVE_ENV, DEFAULT_ARCHIVE_PATH
+    from otel_compaction.stores import ARCHIVE_URL_ENV
 
     archive = commands.add_parser("archive", help="read spans archived by reversible compaction")
     stored = archive.add_subparsers(dest="action", metavar="ACTION", required=True)
-    db_help = f"archive database (default: ${ARCHIVE_ENV}, else ./{DEFAULT_ARCHIVE_PATH})"
+    db_help = (
+        f"SQLite archive file (default: the store ${ARCHIVE_URL_ENV} names, else "
+        f"${ARCHIVE_ENV}, else ./{DEFAULT_ARCHIVE_PATH})"
+    )
+    url_help = "the archive's store: sqlite:PATH or postgresql://USER@HOST:PORT/DATABASE"
+
+    def where(action: Any) -> None:
+        chosen = action.add_mutually_exclusive_group()
+        chosen.add_argument("--db", metavar="PATH", help=db_help)
+        chosen.add_argument("--archive", metavar="URL", help=url_help)
+
     show_span = stored.add_parser("show", help="print an archived span's record and messages")
     show_span.add_argument("handle", metavar="HANDLE", help="the span's handle (arc_...)")
-    show_span.add_argument("--db", metavar="PATH", help=db_help)
+    where(show_span)
     show_span.add_argument(
         "--format",
         choices=("text", "json", "raw"),
@@ -267,7 +278,7 @@ def _add_archive(commands: Any) -> None:
         help="text, json (record and messages) or raw (the stored bytes, exactly)",
     )
     list_spans = stored.add_parser("list", help="list the archived spans, oldest first")
-    list_spans.add_argument("--db", metavar="PATH", help=db_help)
+    where(list_spans)
     list_spans.add_argument("--format", choices=("text", "json"), default="text")
 
 

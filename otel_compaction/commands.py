@@ -414,14 +414,14 @@ def _policy(args: argparse.Namespace, out: TextIO) -> int:
 
 def _archive(args: argparse.Namespace, out: TextIO) -> int:
     # Inspection never writes: read-only, no schema, no journal-mode switch, no chmod.
-    with Archive(args.db, readonly=True) as archive:
+    with _inspected(args) as archive:
         if args.action == "list":
             spans = archive.spans()
             if args.format == "json":
                 json.dump([span.to_dict() for span in spans], out, ensure_ascii=False)
                 out.write("\n")
             else:
-                _write_archive_list(out, str(archive.path), spans)
+                _write_archive_list(out, archive.location, spans)
             return EXIT_OK
         record = archive.get(args.handle)
         if args.format == "raw":  # the stored bytes, whatever they hold
@@ -456,6 +456,16 @@ def _archive(args: argparse.Namespace, out: TextIO) -> int:
         w(json.dumps(message, ensure_ascii=False, indent=2))
         w("\n")
     return EXIT_OK
+
+
+def _inspected(args: argparse.Namespace) -> Archive:
+    """The archive ``archive show/list`` reads, read-only: ``--archive URL`` (SQLite or
+    PostgreSQL), ``--db PATH``, else the store ``OTEL_COMPACTION_ARCHIVE_URL`` names (as the
+    hooks and the recall commands they print read it), else ``OTEL_COMPACTION_ARCHIVE``, else
+    the file in the current directory."""
+    if args.db is not None:
+        return Archive(args.db, readonly=True)
+    return Archive.from_url(args.archive, readonly=True)
 
 
 def _timestamp(seconds: float) -> str:

@@ -161,7 +161,7 @@ class GuardedCompactor:
         summarizer: Summarizer | None = None,
         *,
         budget: int,
-        policy: Policy | str = "default",
+        policy: Policy | str | None = None,
         ledger: ObligationLedger | None = None,
         archive: Archive | None = None,
         token_counter: TokenCounter | None = None,
@@ -173,7 +173,9 @@ class GuardedCompactor:
         Args:
             summarizer: writes summaries; `ExtractiveSummarizer` (no model) when None.
             budget: the context budget in tokens.
-            policy: thresholds, rules and summary checks.
+            policy: thresholds, rules, summary checks and the side-effect table; the
+                telemetry's policy when None and `telemetry` is given (another one becomes
+                the telemetry's: `Telemetry.gate`), else ``default``.
             ledger: the live obligation ledger (the telemetry's when `telemetry` is given).
             archive: keeps each compacted span verbatim (reversible compaction) when given.
             token_counter: counts a text's tokens; tiktoken or a character estimate by default.
@@ -195,7 +197,7 @@ class GuardedCompactor:
         if telemetry is not None:
             self.gate = telemetry.gate(policy)
         else:
-            self.gate = CompactionGate(policy, ledger=ledger or default_ledger())
+            self.gate = CompactionGate(policy or "default", ledger=ledger or default_ledger())
         self.policy = self.gate.policy
         self.ledger: ObligationLedger = self.gate.ledger or ObligationLedger()
         self.archive = archive

@@ -44,7 +44,7 @@ from opentelemetry.util.types import Attributes
 from otel_compaction._internal_errors import internal_errors
 from otel_compaction.context import current_conversation_id
 from otel_compaction.ledger import Obligation, ObligationKind, ObligationLedger, ResolutionStatus
-from otel_compaction.reissue import SideEffectLog
+from otel_compaction.reissue import SideEffectLog, SideEffectRecord
 from otel_compaction.telemetry import semconv
 from otel_compaction.telemetry.metrics import CompactionMetrics
 from otel_compaction.telemetry.runs import agent_run
@@ -146,11 +146,14 @@ class ToolCallHandle(ObligationHandle):
     nothing.
     """
 
-    __slots__ = ("_key", "_sequence", "arguments", "layers", "started_ns")
+    __slots__ = ("_key", "_sequence", "arguments", "layers", "model_call_id", "started_ns")
 
     arguments: Any
     layers: frozenset[str]
     """The instrumentation layers that recorded this call (see `ToolCallRecorder.call`)."""
+    model_call_id: str | None
+    """The model's id of the call when the handle's `id` is another one (an Agents SDK span
+    id): the side-effect ledger keeps the call under it, as the transcript names it."""
 
     # Tool calls are claimed under the recorder's lock, together with leaving its index.
 
@@ -174,6 +177,7 @@ class ToolCallHandle(ObligationHandle):
         self.conversation_id = conversation_id
         self.span = span
         self.arguments = arguments
+        self.model_call_id = None
         self.layers = _NO_LAYERS if layer is None else frozenset((layer,))
         self._key = (conversation_id or "", call_id)  # in the recorder's index
         self._sequence = sequence  # of its ledger record; -1 when it has none
@@ -400,6 +404,33 @@ class ToolCallRecorder:
         with internal_errors("noting a compaction's side effects"):
             self.side_effects.compacted(conversation_id or "", call_ids)
 
+    def compacted_except(self, conversation_id: str | None, kept: Iterable[str]) -> None:
+        """A compaction replaced the conversation's whole history: every call recorded so far
+        is out of context except the calls `kept` (those the compacted history still shows)."""
+        with internal_errors("noting a compaction's side effects"):
+            self.side_effects.compacted_except(conversation_id or "", kept)
+
+    def reissue_of(
+        self, tool_name: str, arguments: Any, *, conversation_id: str | None = None
+    ) -> SideEffectRecord | None:
+        """The compacted-away side effect that a call of `tool_name` with `arguments` would
+        repeat, judged as ``compaction.reissue`` is (`otel_compaction.reissue.repeat_of`), or
+        None: for an approval point to ask before the call runs. The conversation is the
+        current `conversation` scope when None. Never raises (None on an internal fault).
+
+        Example:
+            >>> recorder = ToolCallRecorder()
+            >>> push = {"command": "git push origin main"}
+            >>> recorder.call("Bash", "c1", arguments=push, conversation_id="s").result("ok")
+            >>> recorder.compacted("s", ["c1"])
+            >>> recorder.reissue_of("Bash", push, conversation_id="s").call_id
+            'c1'
+        """
+        with internal_errors("judging a re-issue"):
+            conversation = conversation_id or current_conversation_id() or ""
+            return self.side_effects.repeat(conversation, _as_call("", tool_name, arguments))
+        return None
+
     def _reissue(
         self, span: Span, conversation: str | None, call_id: str, tool: str, arguments: Any
     ) -> None:
@@ -450,7 +481,7 @@ class ToolCallRecorder:
         with internal_errors("recording a side effect"):
             self.side_effects.completed(
                 handle.conversation_id or "",
-                _as_call(handle.id, handle.name, handle.arguments),
+                _as_call(handle.model_call_id or handle.id, handle.name, handle.arguments),
                 "success" if status == "result" else "failure",
                 "" if content is None else _content(content),
             )

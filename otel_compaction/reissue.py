@@ -35,6 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Final
 
 from otel_compaction.side_effects import SideEffect, SideEffectTable, result_line
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SideEffectLog",
     "SideEffectRecord",
+    "earlier_call",
     "fingerprint",
     "records_of",
     "reissues",
@@ -93,6 +95,21 @@ class SideEffectRecord:
     def describe(self) -> str:
         """The call as the CLI shows it, with its outcome: ``Bash: git push (success: ...)``."""
         return f"{self.tool}: {self.target} ({self.outcome}: {self.result})"
+
+
+def earlier_call(original: SideEffectRecord) -> str:
+    """The call a re-issue repeats, as a reason names it: its tool and target, its call id,
+    when it ran (UTC) and its outcome (``Bash `git push` (call c1), which already ran at ...
+    before the last compaction, with outcome success: ...``)."""
+    when = ""
+    if original.completed_at is not None:
+        stamp = datetime.fromtimestamp(original.completed_at, timezone.utc)
+        when = f" at {stamp:%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f"{original.tool} `{original.target}` (call {original.call_id}), which already "
+        f"ran{when} before the last compaction, with outcome {original.outcome}: "
+        f"{original.result}"
+    )
 
 
 def fingerprint(call: ToolCall, table: SideEffectTable) -> tuple[SideEffect, str, str] | None:
@@ -277,6 +294,17 @@ class SideEffectLog:
             if records:
                 records[:] = [
                     replace(r, in_context=False) if r.call_id in gone else r for r in records
+                ]
+
+    def compacted_except(self, conversation_id: str, kept: Iterable[str]) -> None:
+        """A compaction removed every call recorded so far in the conversation from context,
+        except the calls `kept` (those the compacted history still shows)."""
+        still = set(kept)
+        with self._lock:
+            records = self._records.get(conversation_id)
+            if records:
+                records[:] = [
+                    r if r.call_id in still else replace(r, in_context=False) for r in records
                 ]
 
     def repeat(self, conversation_id: str, call: ToolCall) -> SideEffectRecord | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
+import json
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from cli_harness import run_cli
 from e2e_servers import free_port
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -668,3 +670,60 @@ def test_workers_that_are_gone_and_own_nothing_open_are_forgotten(postgres_url: 
         assert orphan.owner == "owing"
     finally:
         newcomer.close()
+
+
+# -- `otel-compaction archive show/list` over the PostgreSQL archive --------------------------
+
+
+def test_archive_list_and_show_read_the_postgresql_archive(
+    postgres_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    span = [{"role": "user", "content": "deploy web-7"}, {"role": "assistant", "content": "ok"}]
+    with Archive.from_url(postgres_url) as archive:
+        stored = archive.put(span, start=3, conversation_id="sess-9", policy="default")
+    monkeypatch.delenv("OTEL_COMPACTION_ARCHIVE_URL", raising=False)
+
+    code, out, err = run_cli(capsys, "archive", "list", "--archive", postgres_url)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == f"{redact(postgres_url)}: 1 archived span"
+    assert out.splitlines()[2].startswith(f"{stored.handle}        3:5     2")
+    code, out, _ = run_cli(capsys, "archive", "show", stored.handle, "--archive", postgres_url)
+    assert code == 0
+    assert out.splitlines()[:4] == [
+        f"handle:       {stored.handle}",
+        "span:         3:5 (2 messages)",
+        "conversation: sess-9",
+        "policy:       default",
+    ]
+    # With no option, the store the hooks' variable names (as the printed recall commands do).
+    monkeypatch.setenv("OTEL_COMPACTION_ARCHIVE_URL", postgres_url)
+    code, out, _ = run_cli(capsys, "archive", "show", stored.handle, "--format", "json")
+    assert code == 0 and json.loads(out)["messages"] == span
+    code, out, _ = run_cli(capsys, "archive", "list", "--format", "json")
+    assert code == 0 and [s["handle"] for s in json.loads(out)] == [stored.handle]
+
+
+def test_archive_inspection_of_postgresql_fails_in_one_line(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(capsys, "archive", "list", "--archive", postgres_url)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"otel-compaction: error: no archive in {redact(postgres_url)} (no table "
+        "otel_compaction_archived_spans: nothing was archived there yet)\n"
+    )
+    with psycopg.connect(postgres_url) as connection:  # inspection created nothing
+        assert connection.execute(
+            "SELECT to_regclass('otel_compaction_archived_spans')"
+        ).fetchone() == (None,)
+    Archive.from_url(postgres_url).close()  # a worker made the table
+    unknown = "arc_" + "ef" * 12
+    code, out, err = run_cli(capsys, "archive", "show", unknown, "--archive", postgres_url)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1 and unknown in err and redact(postgres_url) in err
+    down = f"postgresql://agent:s3cret@127.0.0.1:{free_port()}/agents"
+    code, _, err = run_cli(capsys, "archive", "list", "--archive", down)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("otel-compaction: error: ") and "s3cret" not in err
+    code, _, err = run_cli(capsys, "archive", "list", "--archive", postgres_url, "--db", "a.db")
+    assert code == 2 and "not allowed with argument" in err

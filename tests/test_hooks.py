@@ -517,15 +517,24 @@ def test_an_automatic_compaction_is_never_stranded(tmp_path: Path) -> None:
     assert state["decisions"][-1]["action"] == "allowed at the context limit"
 
 
-def test_the_recall_command_works_as_printed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_the_recall_command_works_as_printed(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    """In the environment the hooks get: the SQLite file of the CLI's config directory, or
+    the fleet's PostgreSQL archive that ``OTEL_COMPACTION_ARCHIVE_URL`` names (the printed
+    command reads the URL from that variable, never spelling a password out)."""
     session, env = busy_session(tmp_path), environ(tmp_path)
+    if store == "postgresql":
+        env["OTEL_COMPACTION_ARCHIVE_URL"] = request.getfixturevalue("postgres_url")
     run_hook("claude-code", payload(session, "PreCompact", trigger="auto"), env)
     start = run_hook("claude-code", payload(session, "SessionStart", source="compact"), env)
     context = json.loads(start.stdout)["hookSpecificOutput"]["additionalContext"]
     command = context.rsplit("`", 2)[1]
+    assert ("OTEL_COMPACTION_ARCHIVE_URL" in command) == (store == "postgresql")
     shown = subprocess.run(
         command, shell=True, capture_output=True, text=True, check=False,
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env},
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "make deploy" in shown.stdout and "conversation: sess-1" in shown.stdout

@@ -5,6 +5,8 @@ The SDK's own ``Runner`` runs an ``Agent`` whose model is a scripted fake implem
 ``@function_tool`` functions. The tracing processor is the only one registered, so nothing is
 exported anywhere. The compaction session is the SDK's ``OpenAIResponsesCompactionSession``
 over an in-memory ``SQLiteSession``; only its ``responses.compact`` client is a recording fake.
+A tool given `approve_reissues` pauses the run for approval when it repeats a post the Runner's
+compaction removed from context.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ try:
     from otel_compaction.integrations.openai_agents import (
         CompactionGuardSession,
         ObligationTracingProcessor,
+        approve_reissues,
+        reissue_reason,
     )
 except ImportError as missing:
     AGENTS_MISSING: ImportError | None = missing
@@ -82,9 +86,10 @@ def compaction_session(session_id: str, endpoint: CompactEndpoint) -> Any:
 
 
 @pytest.fixture(name="pipeline")
-def pipeline_fixture() -> Iterator[Pipeline]:
-    """In-memory telemetry; the obligation processor is the SDK's only trace processor."""
-    made = make_pipeline(capture_content=True)
+def pipeline_fixture(request: pytest.FixtureRequest) -> Iterator[Pipeline]:
+    """In-memory telemetry; the obligation processor is the SDK's only trace processor.
+    Content capture is on unless a test parametrizes the fixture with False."""
+    made = make_pipeline(capture_content=getattr(request, "param", True))
     set_tracing_disabled(False)
     set_trace_processors([ObligationTracingProcessor(made.recorder)])
     yield made
@@ -578,3 +583,75 @@ def test_an_unreadable_history_is_held_not_compacted(
 def test_the_guard_needs_a_session_that_compacts(pipeline: Pipeline) -> None:
     with pytest.raises(TypeError, match="SQLiteSession has no run_compaction"):
         CompactionGuardSession(SQLiteSession("plain"), pipeline.telemetry.gate("default"))
+
+
+# -- the re-issue approval -----------------------------------------------------------------------
+
+POSTS = "chat-post"
+
+
+def _scenario(pipeline: Pipeline, second: str) -> tuple[list[str | None], list[str]]:
+    """Post "web-7 is deployed", let the Runner compact, then post `second`, rejecting any
+    interruption: the interruptions' reasons and what the tool posted."""
+    posted: list[str] = []
+
+    @function_tool
+    def post_message(channel: str, text: str) -> str:
+        """Post a message to a channel."""
+        posted.append(text)
+        return f"posted to #{channel}"
+
+    guarded_tool = approve_reissues(post_message, pipeline.recorder)
+    assert post_message.needs_approval is False  # the tool given is left as it was
+    session = CompactionGuardSession(
+        compaction_session(POSTS, CompactEndpoint()),
+        pipeline.telemetry.gate(),
+        recorder=pipeline.recorder,
+    )
+    model = ScriptedModel(
+        [call("c1", "post_message", channel="ops", text="web-7 is deployed")],
+        [text("Posted.")],
+        [call("c2", "post_message", channel="ops", text=second)],
+        [text("Done.")],
+        response_ids=True,  # the Runner compacts after a turn with a response id
+    )
+    agent = Agent(name="ops", model=model, tools=[guarded_tool])
+    config = RunConfig(group_id=POSTS)
+
+    async def run() -> list[str | None]:
+        await Runner.run(agent, "Tell #ops web-7 is deployed.", session=session, run_config=config)
+        assert await session.get_items() == [SUMMARY]  # the Runner compacted the post away
+        result = await Runner.run(agent, "Did the team hear?", session=session, run_config=config)
+        reasons = [reissue_reason(i, pipeline.recorder, conversation_id=POSTS)
+                   for i in result.interruptions]  # fmt: skip
+        if result.interruptions:
+            state = result.to_state()
+            for item in result.interruptions:
+                state.reject(item)
+            result = await Runner.run(agent, state, session=session, run_config=config)
+        assert result.final_output == "Done."
+        return reasons
+
+    return asyncio.run(run()), posted
+
+
+@pytest.mark.parametrize("pipeline", [False], indirect=True)  # no content capture needed
+def test_the_same_post_after_compaction_waits_for_approval(pipeline: Pipeline) -> None:
+    reasons, posted = _scenario(pipeline, "web-7 is deployed")
+
+    [reason] = reasons
+    assert reason is not None
+    assert reason.startswith("otel-compaction: this call repeats post_message `")
+    assert "(call c1), which already ran at " in reason
+    assert reason.endswith(
+        "before the last compaction, with outcome success: posted to #ops. A compaction "
+        "removed it from the agent's context: approve only if it is to run again."
+    )
+    assert posted == ["web-7 is deployed"]  # rejected: the repeat never ran
+
+
+def test_another_post_after_compaction_runs_without_approval(pipeline: Pipeline) -> None:
+    reasons, posted = _scenario(pipeline, "web-8 is next")
+
+    assert reasons == []
+    assert posted == ["web-7 is deployed", "web-8 is next"]

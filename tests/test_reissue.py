@@ -172,3 +172,146 @@ def test_the_recorder_reports_a_reissue_after_a_compaction() -> None:
     assert [(p.value, dict(p.attributes)) for p in points] == [
         (1, {"gen_ai.tool.name": "Bash", "compaction.reissue.kind": "vcs"})
     ]
+
+
+# -- the recorder judges side effects by the policy's table -----------------------------------
+
+SLACK_READS = "side_effects:\n  read_only_tools: [mcp__slack__post_message]\n"
+SHIP_DEPLOYS = "side_effects:\n  commands: {deploy: ['^make\\s+ship\\b']}\n"
+POST = ("mcp__slack__post_message", {"channel": "ops", "text": "deployed"})
+SHIP = ("Bash", {"command": "make ship"})
+
+
+def _reissued(recorder: Any, spans: Any, tool: str, arguments: dict[str, Any]) -> list[Any]:
+    """The call ids with a ``compaction.reissue`` event (and what they repeat) after `tool`
+    ran once, was compacted away, and ran again."""
+    recorder.call(tool, "x1", arguments=arguments, conversation_id="s").result("ok")
+    recorder.compacted("s", ["x1"])
+    recorder.call(tool, "x2", arguments=arguments, conversation_id="s").result("ok")
+    return [
+        (s.attributes["gen_ai.tool.call.id"], e.attributes["compaction.reissue.of"])
+        for s in spans.get_finished_spans()
+        if s.attributes
+        for e in s.events
+        if e.name == "compaction.reissue" and e.attributes
+    ]
+
+
+def _pipeline() -> tuple[Any, Any]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(spans))
+    return tracing, spans
+
+
+POLICY_CASES = {
+    "default: a message post is a side effect": (None, POST, [("x2", "x1")]),
+    "the policy marks the post read-only": (SLACK_READS, POST, []),
+    "default: `make ship` only builds": (None, SHIP, []),
+    "the policy makes `make ship` a deploy": (SHIP_DEPLOYS, SHIP, [("x2", "x1")]),
+}
+
+
+@pytest.mark.parametrize("case", list(POLICY_CASES))
+def test_configure_gives_the_recorder_the_policys_table(case: str) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from otel_compaction.ledger import ObligationLedger
+    from otel_compaction.telemetry.configuration import configure
+
+    text, (tool, arguments), expected = POLICY_CASES[case]
+    policy = None if text is None else Policy.from_yaml(text)
+    tracing, spans = _pipeline()
+    telemetry = configure(
+        ledger=ObligationLedger(), tracer_provider=tracing, meter_provider=MeterProvider(),
+        set_global=False, policy=policy,
+    )  # fmt: skip
+    assert _reissued(telemetry.recorder, spans, tool, arguments) == expected
+    assert telemetry.gate().policy.side_effects == (policy or POLICY).side_effects
+
+
+@pytest.mark.parametrize("case", list(POLICY_CASES))
+def test_a_compactor_with_a_policy_makes_the_recorder_judge_by_it(case: str) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from otel_compaction.compactor import GuardedCompactor
+    from otel_compaction.ledger import ObligationLedger
+    from otel_compaction.telemetry.configuration import configure
+
+    text, (tool, arguments), expected = POLICY_CASES[case]
+    tracing, spans = _pipeline()
+    telemetry = configure(
+        ledger=ObligationLedger(), tracer_provider=tracing, meter_provider=MeterProvider(),
+        set_global=False, policy=SHIP_DEPLOYS_AND_SLACK_READS,
+    )  # fmt: skip
+    policy = "default" if text is None else Policy.from_yaml(text)
+    GuardedCompactor(budget=1_000, policy=policy, telemetry=telemetry)
+    assert _reissued(telemetry.recorder, spans, tool, arguments) == expected
+
+
+def test_a_compactor_without_a_policy_keeps_the_telemetrys() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from otel_compaction.compactor import GuardedCompactor
+    from otel_compaction.ledger import ObligationLedger
+    from otel_compaction.telemetry.configuration import configure
+
+    tracing, spans = _pipeline()
+    telemetry = configure(
+        ledger=ObligationLedger(), tracer_provider=tracing, meter_provider=MeterProvider(),
+        set_global=False, policy=Policy.from_yaml(SHIP_DEPLOYS),
+    )  # fmt: skip
+    compactor = GuardedCompactor(budget=1_000, telemetry=telemetry)
+    assert compactor.policy.side_effects.command_kind("make ship") == "deploy"
+    assert _reissued(telemetry.recorder, spans, *SHIP) == [("x2", "x1")]
+
+
+@pytest.mark.parametrize("case", list(POLICY_CASES))
+def test_the_instrumentation_judges_by_its_policy(
+    case: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from otel_compaction.instrumentation import CompactionInstrumentor
+
+    text, (tool, arguments), expected = POLICY_CASES[case]
+    monkeypatch.delenv("OTEL_COMPACTION_POLICY", raising=False)
+    if text is not None:  # as a deployment sets it: a policy file named in the environment
+        (tmp_path / "policy.yaml").write_text(text)
+        monkeypatch.setenv("OTEL_COMPACTION_POLICY", str(tmp_path / "policy.yaml"))
+    tracing, spans = _pipeline()
+    instrumentor = CompactionInstrumentor()
+    instrumentor.instrument(tracer_provider=tracing, meter_provider=MeterProvider())
+    try:
+        assert instrumentor.telemetry is not None
+        assert _reissued(instrumentor.telemetry.recorder, spans, tool, arguments) == expected
+    finally:
+        instrumentor.uninstrument()
+
+
+SHIP_DEPLOYS_AND_SLACK_READS = Policy.from_yaml(
+    "side_effects:\n  read_only_tools: [mcp__slack__post_message]\n"
+    "  commands: {deploy: ['^make\\s+ship\\b']}\n"
+)
+"""A telemetry's own policy that a compactor's policy replaces: every verdict is the
+compactor's (the post is a side effect and `make ship` builds under ``default``)."""
+
+
+def test_a_whole_history_compaction_keeps_in_context_only_what_it_shows() -> None:
+    from otel_compaction.recorder import ToolCallRecorder
+
+    recorder = ToolCallRecorder()
+    post = {"channel": "ops", "text": "deployed"}
+    for call_id in ("m1", "m2"):
+        recorder.call("post_message", call_id, arguments=post, conversation_id="s").result("ok")
+    recorder.compacted_except("s", ["m2"])
+    assert recorder.reissue_of("post_message", post, conversation_id="s") is None  # m2 shows
+    recorder.compacted_except("s", [])
+    repeated = recorder.reissue_of("post_message", post, conversation_id="s")
+    assert repeated is not None and repeated.call_id == "m2"
+    assert recorder.reissue_of("post_message", {**post, "text": "x"}, conversation_id="s") is None
+    assert recorder.reissue_of("post_message", post, conversation_id="other") is None

@@ -15,12 +15,12 @@ deliberate one run. Either way a re-issue that was put to the user once is not s
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from otel_compaction.hooks.guard import Guard, context_of
-from otel_compaction.reissue import SideEffectRecord, records_of, repeat_of
+from otel_compaction.reissue import SideEffectRecord, earlier_call, records_of, repeat_of
 from otel_compaction.sessions import Session, read_session
 from otel_compaction.transcript import ToolCall
 
@@ -95,15 +95,9 @@ def check_call(guard: Guard, payload: dict[str, Any]) -> tuple[SideEffectRecord,
 
 def reason(original: SideEffectRecord) -> str:
     """Why a re-issue of `original` is stopped: the earlier call, its outcome and when."""
-    when = ""
-    if original.completed_at is not None:
-        stamp = datetime.fromtimestamp(original.completed_at, timezone.utc)
-        when = f" at {stamp:%Y-%m-%d %H:%M:%S} UTC"
     return (
-        f"otel-compaction: this repeats {original.tool} `{original.target}` (call "
-        f"{original.call_id}), which already ran{when} before the last compaction, with "
-        f"outcome {original.outcome}: {original.result}. The compaction removed it from "
-        "context. Do not run it again unless the user asks for it to be repeated."
+        f"otel-compaction: this repeats {earlier_call(original)}. The compaction removed it "
+        "from context. Do not run it again unless the user asks for it to be repeated."
     )
 
 

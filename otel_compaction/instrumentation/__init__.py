@@ -38,8 +38,9 @@ its children::
         ...  # the agent's loop: client.chat.completions.create(...), tools, compaction
 
 Whichever starts first builds the runtime (the telemetry, the ledger and recorder in it, the
-gate's policy) from its arguments and the environment (see `_settings`); the others record into
-it too, so a tool call two layers see is one obligation (`ToolCallRecorder.call`'s ``layer``).
+gate's policy, whose ``side_effects`` table the recorder judges re-issues by) from its arguments
+and the environment (see `_settings`); the others record into it too, so a tool call two
+layers see is one obligation (`ToolCallRecorder.call`'s ``layer``).
 The telemetry is `otel_compaction.configure()`'s: the SDK providers already installed (by
 ``opentelemetry-instrument`` and a distro), else providers built from ``OTEL_*``. When the last
 one is uninstrumented, and at interpreter exit, the tool calls still open are abandoned, so
@@ -82,6 +83,7 @@ from otel_compaction.instrumentation._settings import Settings, frameworks
 from otel_compaction.instrumentation._wrapping import Patches
 from otel_compaction.integrations import Integration, Registration, registration
 from otel_compaction.ledger import ObligationLedger
+from otel_compaction.telemetry import semconv
 from otel_compaction.telemetry.configuration import Telemetry, configure
 from otel_compaction.telemetry.runs import agent_run
 
@@ -171,6 +173,8 @@ class _Shared:
     def _telemetry(self, kwargs: Mapping[str, Any], settings: Settings) -> Telemetry:
         given = kwargs.get("telemetry")
         if isinstance(given, Telemetry):
+            if kwargs.get("policy") is not None or os.environ.get(semconv.POLICY_ENV, "").strip():
+                given.use_policy(settings.policy)  # asked for: it judges the side effects too
             return given
         explicit = any(kwargs.get(k) is not None for k in ("tracer_provider", "meter_provider"))
         reusable = self._reusable
@@ -182,6 +186,7 @@ class _Shared:
                 settings.capture_content,
                 settings.agent_name,
             ) and _global_providers() == (telemetry.tracer_provider, telemetry.meter_provider):
+                telemetry.use_policy(settings.policy)
                 return telemetry
         telemetry = configure(
             ledger=kwargs.get("ledger"),
@@ -189,6 +194,7 @@ class _Shared:
             meter_provider=kwargs.get("meter_provider"),
             capture_content=settings.capture_content,
             agent_name=settings.agent_name,
+            policy=settings.policy,
         )
         if not explicit:
             self._reusable = (telemetry, settings)

@@ -887,6 +887,7 @@ class PostgresArchive(Archive):
 
         Raises:
             StoreError: the database cannot be reached or its table created.
+            ArchiveError: `readonly`, and the database holds no archive.
         """
         del create, timeout
         self._pool = _Pool(url, source)
@@ -894,8 +895,15 @@ class PostgresArchive(Archive):
         self._path = Path(os.devnull)
         self._closed = False
         if readonly:
-            with self._pool.connection("opening the archive"):
-                pass
+            with self._pool.connection("opening the archive") as conn:
+                row = conn.execute("SELECT to_regclass(%s)", (_SPANS,)).fetchone()
+            if row is None or row[0] is None:  # as SQLite's "no archive at PATH"
+                self._pool.close()
+                raise ArchiveError(
+                    f"no archive in {self.location} (no table {_SPANS}: nothing was archived "
+                    "there yet)",
+                    path=self.location,
+                )
         else:
             self._pool.create_schema(_ARCHIVE_SCHEMA)
 

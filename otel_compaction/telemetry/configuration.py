@@ -55,6 +55,7 @@ from otel_compaction.gate import CompactionGate
 from otel_compaction.ledger import ObligationLedger, default_ledger
 from otel_compaction.policy import Policy
 from otel_compaction.recorder import ToolCallRecorder
+from otel_compaction.reissue import SideEffectLog
 from otel_compaction.sources import ObligationSource, ObligationSources
 from otel_compaction.telemetry.decisions import DecisionTelemetry, SeveredObligations
 from otel_compaction.telemetry.metrics import CompactionMetrics
@@ -88,9 +89,13 @@ class Telemetry:
         owns_meter_provider: bool = False,
         capture_content: bool | None = None,
         agent_name: str | None = None,
+        policy: Policy | str | None = None,
     ) -> None:
         """Hold the configured pieces; `shutdown` shuts down only the providers whose
-        ``owns_*`` flag is set (those `configure` created)."""
+        ``owns_*`` flag is set (those `configure` created). `policy` (``default`` when None)
+        is the one `gate` uses unless told otherwise, and the recorder judges side effects by
+        its ``side_effects`` table."""
+        self.policy = _loaded(policy)
         self.ledger = ledger
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -102,6 +107,7 @@ class Telemetry:
             metrics=self.metrics,
             capture_content=capture_content,
             agent_name=agent_name,
+            side_effects=SideEffectLog(self.policy.side_effects),
         )
         self.severed = SeveredObligations(self.metrics)
         """Counts each severed obligation once, for the gate and the instrumentation alike."""
@@ -136,14 +142,29 @@ class Telemetry:
         return self.recorder.agent_run(name, conversation_id=conversation_id, links=links)
 
     def gate(
-        self, policy: Policy | str = "default", *, sources: Iterable[ObligationSource] = ()
+        self, policy: Policy | str | None = None, *, sources: Iterable[ObligationSource] = ()
     ) -> CompactionGate:
         """A gate reading this ledger (and `sources`, their disagreements with it counted in
-        these metrics) whose every decision is recorded as telemetry."""
+        these metrics) whose every decision is recorded as telemetry.
+
+        `policy` is this telemetry's (`configure`'s ``policy``) when None. Another policy
+        given here becomes this telemetry's (`use_policy`): the recorder feeding the gate's
+        ledger then judges side effects by that policy's table, as the gate does."""
         consulted = ObligationSources(sources, metrics=self.metrics) if sources else None
-        gate = CompactionGate(policy, ledger=self.ledger, sources=consulted)
+        gate = CompactionGate(
+            self.policy if policy is None else policy, ledger=self.ledger, sources=consulted
+        )
+        if policy is not None:
+            self.use_policy(gate.policy)
         gate.add_observer(self.decisions)
         return gate
+
+    def use_policy(self, policy: Policy | str) -> None:
+        """Make `policy` this telemetry's: `gate`'s default, and the ``side_effects`` table
+        the recorder judges which calls change something (and so which repeats are
+        re-issues) by, from the next call it records on."""
+        self.policy = _loaded(policy)
+        self.recorder.side_effects.table = self.policy.side_effects
 
     def shutdown(self) -> None:
         """Flush and shut down the providers `configure` created (not the application's).
@@ -180,8 +201,14 @@ def configure(
     set_global: bool = True,
     prometheus_port: int | None = None,
     prometheus_host: str | None = None,
+    policy: Policy | str | None = None,
 ) -> Telemetry:
     """Wire otel-compaction into the application's OpenTelemetry setup.
+
+    `policy` (a `Policy`, a built-in name or a file; ``default`` when None) is the policy
+    `Telemetry.gate` uses unless told otherwise; the recorder judges which tool calls are
+    side effects, and so which repeats after a compaction are re-issues
+    (``compaction.reissue``), by its ``side_effects`` table.
 
     Providers given here, or already installed globally as SDK providers, are used as they are
     (the ledger's span processor is added to an SDK tracer provider). When none exist, providers
@@ -217,11 +244,13 @@ def configure(
 
     Raises:
         ValueError: `prometheus_port` is not a port number.
+        PolicyError: `policy` cannot be loaded.
 
     Example:
         >>> telemetry = configure(set_global=False)  # doctest: +SKIP
         >>> gate = telemetry.gate("default")  # doctest: +SKIP
     """
+    loaded = _loaded(policy)  # before anything is installed: a bad policy changes nothing
     made_ledger = ledger is None
     ledger = ledger if ledger is not None else default_ledger()  # OTEL_COMPACTION_LEDGER_URL
     port = _prometheus_port(prometheus_port)
@@ -262,6 +291,7 @@ def configure(
         owns_meter_provider=owns_meter,
         capture_content=capture_content,
         agent_name=agent_name,
+        policy=loaded,
     )
     telemetry._closing = closing
     exports_otlp = (owns_tracer and "otlp" in _exporter_names("TRACES", otlp_by_default)) or (
@@ -280,6 +310,12 @@ def configure(
         # that exit is bounded as `shutdown` is.
         atexit.register(telemetry.shutdown)
     return telemetry
+
+
+def _loaded(policy: Policy | str | None) -> Policy:
+    if isinstance(policy, Policy):
+        return policy
+    return Policy.load(policy or "default")
 
 
 PROMETHEUS_PORT_ENV = "OTEL_COMPACTION_PROMETHEUS_PORT"

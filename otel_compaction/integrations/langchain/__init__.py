@@ -7,6 +7,8 @@
   place of a token cut.
 * `guard_builtin_summarization` / `unguard_builtin_summarization`: LangChain's own
   ``SummarizationMiddleware`` moves or refuses any cut the gate does not allow.
+* `interrupt_on_reissue` (in `approval`): ``HumanInTheLoopMiddleware`` entries that ask the
+  reviewer exactly when a call repeats a side effect a compaction removed from context.
 * `instrument` / `uninstrument`: the handler for every run in the process, injected through
   LangChain's configure hooks so existing agents need no code change; and the built-in
   middleware guarded too when ``OTEL_COMPACTION_GUARD_LANGCHAIN_SUMMARIZATION=true``.
@@ -35,6 +37,7 @@ from otel_compaction._internal_errors import internal_errors
 if TYPE_CHECKING:
     from contextvars import ContextVar
 
+    from otel_compaction.integrations.langchain.approval import interrupt_on_reissue
     from otel_compaction.integrations.langchain.callbacks import ObligationCallbackHandler
     from otel_compaction.integrations.langchain.messages import SUMMARY_TAG, to_openai_messages
     from otel_compaction.integrations.langchain.summarization import (
@@ -60,6 +63,7 @@ __all__ = [
     "builtin_summarization_guarded",
     "guard_builtin_summarization",
     "instrument",
+    "interrupt_on_reissue",
     "is_instrumented",
     "to_openai_messages",
     "unguard_builtin_summarization",
@@ -72,10 +76,12 @@ GUARD_SUMMARIZATION_ENV = "OTEL_COMPACTION_GUARD_LANGCHAIN_SUMMARIZATION"
 """``true`` makes `instrument` guard the built-in ``SummarizationMiddleware`` too."""
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
+_APPROVAL = "otel_compaction.integrations.langchain.approval"
 _CALLBACKS = "otel_compaction.integrations.langchain.callbacks"
 _MESSAGES = "otel_compaction.integrations.langchain.messages"
 _SUMMARIZATION = "otel_compaction.integrations.langchain.summarization"
 _LAZY = {
+    "interrupt_on_reissue": _APPROVAL,
     "ObligationCallbackHandler": _CALLBACKS,
     "to_openai_messages": _MESSAGES,
     "SUMMARY_TAG": _MESSAGES,
@@ -126,7 +132,7 @@ def instrument(
     telemetry: Telemetry,
     *,
     guard_summarization: bool | None = None,
-    policy: Policy | str = "default",
+    policy: Policy | str | None = None,
     on_refuse: OnRefuse = "raise",
 ) -> bool:
     """Record the tool calls of every LangChain and LangGraph run through `telemetry`.
@@ -138,7 +144,8 @@ def instrument(
         telemetry: the configured telemetry (its recorder, ledger and gate).
         guard_summarization: also guard the built-in ``SummarizationMiddleware``; from
             ``OTEL_COMPACTION_GUARD_LANGCHAIN_SUMMARIZATION`` when None.
-        policy: the policy the guarded built-in middleware asks the gate with.
+        policy: the policy the guarded built-in middleware asks the gate with; the
+            telemetry's when None.
         on_refuse: what the guarded built-in middleware does on a refusal.
 
     Returns:
@@ -167,7 +174,7 @@ def instrument(
 
 
 def _summarization(
-    telemetry: Telemetry | None, guard: bool, policy: Policy | str, on_refuse: OnRefuse
+    telemetry: Telemetry | None, guard: bool, policy: Policy | str | None, on_refuse: OnRefuse
 ) -> None:
     """Install the middleware's default telemetry, and guard or unguard the built-in one
     (lock held). LangGraph alone, without ``langchain``'s agents, has neither."""
@@ -196,7 +203,7 @@ def uninstrument() -> None:
         if not _STATE.hooked:
             return
         with internal_errors("uninstrumenting LangChain"):
-            _summarization(None, False, "default", "raise")
+            _summarization(None, False, None, "raise")
 
 
 def is_instrumented() -> bool:

@@ -156,7 +156,7 @@ class GuardedSummarizationMiddleware(AgentMiddleware[AgentState[Any], Any, Any])
         keep: ContextSize = ("messages", 20),
         *,
         summarizer: Summarizer | BaseChatModel | None = None,
-        policy: Policy | str = "default",
+        policy: Policy | str | None = None,
         telemetry: Telemetry | None = None,
         archive: Archive | None = None,
         critical: ContextSize | None = None,
@@ -171,7 +171,8 @@ class GuardedSummarizationMiddleware(AgentMiddleware[AgentState[Any], Any, Any])
             keep: how much recent context the cut keeps; the gate may move the cut.
             summarizer: writes the summary; a chat model is wrapped in `ChatModelSummarizer`;
                 `ExtractiveSummarizer` (no model) when None.
-            policy: the compaction policy (a name, a file or a `Policy`).
+            policy: the compaction policy (a name, a file or a `Policy`); the telemetry's
+                when None (`configure`'s ``policy``), else ``default``.
             telemetry: records decisions and compactions and cross-checks its ledger; the one
                 `instrument` installed when None.
             archive: keeps each summarized span verbatim (reversible compaction).
@@ -198,7 +199,7 @@ class GuardedSummarizationMiddleware(AgentMiddleware[AgentState[Any], Any, Any])
         self.summarizer: Summarizer | None = (
             ChatModelSummarizer(summarizer) if isinstance(summarizer, BaseChatModel) else summarizer
         )
-        self.policy = policy if isinstance(policy, Policy) else Policy.load(policy)
+        self.policy = policy if isinstance(policy, Policy | None) else Policy.load(policy)
         self.archive = archive
         self._telemetry = telemetry
         self._compactor: GuardedCompactor | None = None
@@ -403,7 +404,7 @@ _NEW_MESSAGES = "_build_new_messages"
 
 
 def guard_builtin_summarization(
-    policy: Policy | str = "default",
+    policy: Policy | str | None = None,
     *,
     telemetry: Telemetry | None = None,
     on_refuse: OnRefuse = "raise",
@@ -419,7 +420,7 @@ def guard_builtin_summarization(
     """
     if on_refuse not in ("raise", "hold"):
         raise ValueError(f"on_refuse must be 'raise' or 'hold', got {on_refuse!r}")
-    gate = telemetry.gate(policy) if telemetry is not None else CompactionGate(policy)
+    gate = telemetry.gate(policy) if telemetry is not None else CompactionGate(policy or "default")
     guard = _BuiltinGuard(gate, telemetry, on_refuse)
     with _guard_lock:
         current = SummarizationMiddleware.__dict__.get(_CUTOFF)

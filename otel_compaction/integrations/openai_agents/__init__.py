@@ -5,9 +5,11 @@
   instrumented OpenAI SDK a span joins the call that layer opened, so each call is one.
 * `CompactionGuardSession` (in `session`): wraps the SDK's compaction session and asks
   the gate before every compaction, deferring or refusing while obligations are open.
+* `approve_reissues` and `reissue_reason` (in `approval`): a function tool whose calls need
+  approval exactly when they repeat a side effect a compaction removed from context.
 * `instrument` registers one processor with the SDK's tracing; `uninstrument` turns it off.
 
-Importing this module never imports ``agents``: the two classes load on first use, and
+Importing this module never imports ``agents``: the names above load on first use, and
 `instrument` returns False when the SDK is not installed.
 
 Example:
@@ -28,6 +30,10 @@ from typing import TYPE_CHECKING, Any
 from otel_compaction._internal_errors import internal_errors
 
 if TYPE_CHECKING:
+    from otel_compaction.integrations.openai_agents.approval import (
+        approve_reissues,
+        reissue_reason,
+    )
     from otel_compaction.integrations.openai_agents.session import CompactionGuardSession
     from otel_compaction.integrations.openai_agents.tracing import ObligationTracingProcessor
     from otel_compaction.telemetry.configuration import Telemetry
@@ -35,8 +41,10 @@ if TYPE_CHECKING:
 __all__ = [
     "CompactionGuardSession",
     "ObligationTracingProcessor",
+    "approve_reissues",
     "instrument",
     "is_instrumented",
+    "reissue_reason",
     "uninstrument",
 ]
 
@@ -45,6 +53,8 @@ _log = logging.getLogger(__name__)
 _LAZY = {
     "ObligationTracingProcessor": "otel_compaction.integrations.openai_agents.tracing",
     "CompactionGuardSession": "otel_compaction.integrations.openai_agents.session",
+    "approve_reissues": "otel_compaction.integrations.openai_agents.approval",
+    "reissue_reason": "otel_compaction.integrations.openai_agents.approval",
 }
 
 
@@ -61,7 +71,7 @@ _STATE = _State()
 
 
 def __getattr__(name: str) -> Any:
-    """The classes that need the SDK, imported on first use."""
+    """The names that need the SDK, imported on first use."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

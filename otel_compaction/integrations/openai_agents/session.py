@@ -20,6 +20,12 @@ compaction of a response chain covers them), and evaluates `CompactionGate` over
 * with ``on_open="refuse"``: the gate is asked as for a critical budget (compact or refuse)
   and a refusal raises `CompactionRefused` (`OpenObligationError`) naming the obligations.
 
+With a `ToolCallRecorder` (``recorder=telemetry.recorder``), each compaction applied tells it
+which calls left the model's context: every call recorded for the conversation that the
+compacted history no longer shows (`ToolCallRecorder.compacted_except`), so that a later repeat
+of one of their side effects is a re-issue (``compaction.reissue``, and the approval of
+`otel_compaction.integrations.openai_agents.approval`).
+
 The gate's obligation sources (`otel_compaction.sources`: the session store itself, read by
 another worker, a LangGraph checkpointer, Temporal) are read on the session's event loop just
 before each decision.
@@ -43,6 +49,7 @@ from agents.memory import Session, SessionABC
 from otel_compaction.context import current_conversation_id
 from otel_compaction.gate import CompactionGate, Decision, SpanError, refusal_error
 from otel_compaction.reconcile import CallState, reconcile_calls
+from otel_compaction.recorder import ToolCallRecorder
 from otel_compaction.sources import SourceReading
 from otel_compaction.transcript import Transcript
 
@@ -79,6 +86,7 @@ class CompactionGuardSession(SessionABC):
         *,
         on_open: OnOpen = "defer",
         conversation_id: str | None = None,
+        recorder: ToolCallRecorder | None = None,
     ) -> None:
         """Guard `session`'s ``run_compaction`` with `gate`.
 
@@ -91,6 +99,7 @@ class CompactionGuardSession(SessionABC):
                 when the gate does not allow the compaction.
             conversation_id: the conversation whose ledger is consulted; the current
                 `conversation` scope, else the session id, when None.
+            recorder: told, after each compaction, which recorded calls left the context.
 
         Raises:
             TypeError: `session` cannot compact (it has no ``run_compaction``).
@@ -109,6 +118,7 @@ class CompactionGuardSession(SessionABC):
         self.gate = gate
         self.on_open: OnOpen = on_open
         self.conversation_id = conversation_id
+        self.recorder = recorder
         self.last_decision: Decision | None = None
         """The gate's answer to the latest ``run_compaction`` (None: nothing to evaluate)."""
         self.compactions = 0
@@ -171,6 +181,8 @@ class CompactionGuardSession(SessionABC):
         if decision is None or decision.action == "compact":
             await _forward(self._compact, args, wrapper=wrapper)
             self.compactions += 1
+            if self.recorder is not None:
+                await self._compacted(self.recorder, items)
             return
         if self.on_open == "refuse":
             raise refusal_error(decision)
@@ -192,6 +204,19 @@ class CompactionGuardSession(SessionABC):
             TranscriptError: a stored item cannot be read as a transcript message.
         """
         return self._decide(await self._items(), await self._readings())
+
+    async def _compacted(self, recorder: ToolCallRecorder, before: list[Any]) -> None:
+        """Tell `recorder` which calls the compaction took out of context (none when the
+        history did not change)."""
+        try:
+            after = await self._items()
+            if after == before:
+                return
+            kept = [call.id for call in Transcript.parse(after).calls]
+        except Exception:  # unreadable: every call may be gone, or none: say nothing
+            _log.exception("otel-compaction: session %s: compacted history", self.session_id)
+            return
+        recorder.compacted_except(self._conversation(), kept)
 
     async def _items(self) -> list[Any]:
         return list(await self.get_items(_ALL_ITEMS))

@@ -249,6 +249,8 @@ class ObligationTracingProcessor(TracingProcessor):
                 entry.handle, entry.joined = found.handle, found.joined
                 self._waiting.insert(0, guess)
             entry.call_id = call_id
+            if not entry.joined:  # keyed by the span id: the model's id names it elsewhere
+                entry.handle.model_call_id = call_id
             entry.awaiting = pending
             entry.rejected = rejected
 
@@ -338,11 +340,17 @@ class ObligationTracingProcessor(TracingProcessor):
 
     def _arguments(self, handle: ToolCallHandle, arguments: Any) -> None:
         """The SDK sets a function span's input (with ``trace_include_sensitive_data``) after the
-        span starts; put it on the call span once known, when content capture is on."""
-        if not isinstance(arguments, str) or not arguments or not self.recorder.capture_content:
+        span starts: the call's arguments once known, which the side-effect ledger fingerprints
+        (a repeat after a compaction is a re-issue), and on the call span when content capture
+        is on."""
+        if not isinstance(arguments, str) or not arguments:
             return
-        handle.arguments = arguments
-        handle.span.set_attribute(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, arguments[:_MAX_ARGUMENTS])
+        if handle.arguments is None:
+            handle.arguments = arguments
+        if self.recorder.capture_content:
+            handle.span.set_attribute(
+                semconv.GEN_AI_TOOL_CALL_ARGUMENTS, arguments[:_MAX_ARGUMENTS]
+            )
 
 
 # -- the SDK's approval step, watched once per process ------------------------------------------
