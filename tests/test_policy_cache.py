@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from otel_compaction.errors import PolicyError
-from otel_compaction.hooks import policy_cache
 from otel_compaction.hooks.policy_cache import load_policy
 from otel_compaction.policy import Policy
 
@@ -29,7 +28,7 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         finally:
             depth[0] -= 1
 
-    monkeypatch.setattr(policy_cache.Policy, "load", counted)
+    monkeypatch.setattr(Policy, "load", counted)
     return calls
 
 
