@@ -26,7 +26,9 @@ from otel_compaction.errors import TranscriptError
 __all__ = [
     "MAX_INPUT_BYTES",
     "decode_json",
+    "decode_log",
     "load_messages",
+    "open_log",
     "parse_messages_text",
     "read_log",
     "read_text",
@@ -91,6 +93,31 @@ def read_log(path: str | Path, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, st
         TranscriptError: no such file, not a regular file, unreadable, larger than `limit`
             bytes, or not UTF-8.
     """
+    descriptor, size, name = open_log(path, limit=limit)
+    try:
+        chunks: list[bytes] = []
+        left = size
+        while left > 0:
+            chunk = os.read(descriptor, left)
+            if not chunk:  # truncated meanwhile: what there was
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise TranscriptError(f"{name}: cannot read: {_reason(exc)}") from None
+    finally:
+        os.close(descriptor)
+    return decode_log(b"".join(chunks), name), name
+
+
+def open_log(path: str | Path, *, limit: int = MAX_INPUT_BYTES) -> tuple[int, int, str]:
+    """A descriptor of the log file `path` (the caller closes it), its size when opened and
+    the name errors give it; `read_log`'s refusals, without reading anything.
+
+    Raises:
+        TranscriptError: no such file, not a regular file, unreadable, or larger than `limit`
+            bytes.
+    """
     name = str(path)
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -106,35 +133,41 @@ def read_log(path: str | Path, *, limit: int = MAX_INPUT_BYTES) -> tuple[str, st
             raise TranscriptError(f"{name}: {_kind(status.st_mode)}, not a regular file; not read")
         if status.st_size > limit:
             raise TranscriptError(f"{name}: larger than {limit:,} bytes; not read")
-        chunks: list[bytes] = []
-        left = status.st_size
-        while left > 0:
-            chunk = os.read(descriptor, left)
-            if not chunk:  # truncated meanwhile: what there was
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
     except OSError as exc:
-        raise TranscriptError(f"{name}: cannot read: {_reason(exc)}") from None
-    finally:
         os.close(descriptor)
-    data = b"".join(chunks)
+        raise TranscriptError(f"{name}: cannot read: {_reason(exc)}") from None
+    except TranscriptError:
+        os.close(descriptor)
+        raise
+    return descriptor, status.st_size, name
+
+
+def decode_log(data: bytes, name: str, *, first_line: int = 1, start: bool = True) -> str:
+    """The text of the bytes `data` of a log (from its line `first_line` on; `start` when they
+    begin the file, where a byte-order mark may stand): UTF-8, the bytes after the last
+    newline kept only when they decode (a record still being written may be cut inside a
+    character).
+
+    Raises:
+        TranscriptError: not UTF-8 (naming the line).
+    """
     complete = data.rfind(b"\n") + 1
+    head = "utf-8-sig" if start else "utf-8"
     try:
-        text = data[:complete].decode("utf-8-sig")
+        text = data[:complete].decode(head)
     except UnicodeDecodeError as exc:
-        raise _not_utf8(name, data, exc.start) from None
+        raise _not_utf8(name, data, exc.start, first_line) from None
     try:
-        text += data[complete:].decode("utf-8" if complete else "utf-8-sig")
+        text += data[complete:].decode("utf-8" if complete else head)
     except UnicodeDecodeError as exc:
         if exc.reason != "unexpected end of data":
-            raise _not_utf8(name, data, complete + exc.start) from None
+            raise _not_utf8(name, data, complete + exc.start, first_line) from None
         # else a record still being written, cut inside a character: left out
-    return text, name
+    return text
 
 
-def _not_utf8(name: str, data: bytes, offset: int) -> TranscriptError:
-    line = data.count(b"\n", 0, offset) + 1
+def _not_utf8(name: str, data: bytes, offset: int, first_line: int = 1) -> TranscriptError:
+    line = data.count(b"\n", 0, offset) + first_line
     return TranscriptError(
         f"{name}: cannot read: not UTF-8 text: byte 0x{data[offset]:02x} at offset {offset} "
         f"(line {line})"

@@ -18,7 +18,6 @@ The state between runs lives in a small file per session next to the archive (`s
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -531,30 +530,9 @@ class _Timestamps:
         if not 0 <= index < len(self._session.lines):
             return None
         if self._lines is None:
-            self._lines = _stamps(self._session.path)
+            self._lines = self._session.stamps(self._session.lines[self._offset :])
         stamp = self._lines.get(self._session.lines[index])
         return _readable(stamp) if stamp else None
-
-
-def _stamps(path: str) -> dict[int, str]:
-    """The ``timestamp`` of each line of a session log that has one."""
-    stamps: dict[int, str] = {}
-    try:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            for number, line in enumerate(file, 1):
-                at = line.find('"timestamp"')
-                if at < 0:
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                stamp = record.get("timestamp") if isinstance(record, dict) else None
-                if isinstance(stamp, str):
-                    stamps[number] = stamp
-    except OSError:
-        pass
-    return stamps
 
 
 def _readable(stamp: str) -> str:

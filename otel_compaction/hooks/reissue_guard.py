@@ -104,16 +104,14 @@ def reason(original: SideEffectRecord) -> str:
 def _times(session: Session, start: int) -> dict[int, float]:
     """When each message of the context from `start` on was written (its record's
     ``timestamp``), by its index in the context."""
-    try:
-        lines = Path(session.path).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return {}
+    stamps = session.stamps(session.lines[start:])
     times: dict[int, float] = {}
     for index in range(start, len(session.messages)):
-        number = session.line_of(index)
+        stamp = stamps.get(session.line_of(index))
+        if stamp is None:
+            continue
         try:
-            stamp = json.loads(lines[number - 1]).get("timestamp")
             times[index - start] = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-        except (IndexError, ValueError, AttributeError, TypeError):
+        except ValueError:
             continue
     return times

@@ -15,8 +15,8 @@ repair         ``hookSpecificOutput.additionalContext``  the same
 A hook fails open, fast, always: whatever its input, options or environment, it answers exit 0
 and blocks nothing unless the gate refused. What it cannot use (a payload that is not a JSON
 object, not UTF-8, nested too deeply or larger than `MAX_PAYLOAD_BYTES`; a session log that is
-a FIFO, a device or larger than `MAX_LOG_BYTES`; an option it does not know, from another
-version) is one line on standard error naming it. A session log being written is read as it
+a FIFO, a device or with more than `MAX_LOG_BYTES` to decode; an option it does not know, from
+another version) is one line on standard error naming it. A session log being written is read as it
 was when opened; telemetry never delays the answer (`otel_compaction.hooks.export`); and past
 `HARD_CAP_S` (``OTEL_COMPACTION_HOOK_CAP`` seconds), whatever holds the hook up, it answers
 that it skipped, and exits.
@@ -68,8 +68,11 @@ CAP_ENV: Final = "OTEL_COMPACTION_HOOK_CAP"
 MAX_PAYLOAD_BYTES: Final = 4 * 1024 * 1024
 """The largest hook input read (4 MiB; a summary is a few kB)."""
 MAX_LOG_BYTES: Final = 64 * 1024 * 1024
-"""The largest session log a hook reads (64 MiB; its analysis must fit in the hard cap)."""
+"""The most of a session log a hook decodes (64 MiB from its latest compaction on, or of a
+log without one; its analysis must fit in the hard cap). The file itself may be larger, up to
+`otel_compaction.inputs.MAX_INPUT_BYTES`: the part before that compaction is only scanned."""
 _VALUED: Final = ("--policy", "--otlp-endpoint")
+_HANDLED: Final = frozenset({"PreCompact", "PreToolUse", "PostCompact", "SessionStart"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,13 +194,25 @@ class _Hook:
         self.event = str(payload.get("hook_event_name", ""))
         self.session_id = _text(payload.get("session_id"))
 
+    def handled(self) -> bool:
+        """Whether the event is one a hook acts on: any other is answered before the gate, the
+        policy and the telemetry are loaded, since a CLI runs its hooks on many events."""
+        if self.event == "SessionStart":
+            return self.payload.get("source") == "compact"
+        return self.event in _HANDLED
+
     def run(self) -> HookResult:
+        if not self.handled():
+            return HookResult()
         from otel_compaction.gate import CompactionGate
         from otel_compaction.hooks.guard import Guard
-        from otel_compaction.policy import Policy
+        from otel_compaction.hooks.policy_cache import load_policy
 
-        policy = Policy.load(self.environ.get("OTEL_COMPACTION_POLICY") or "default")
         home = home_of(self.cli, self.environ)
+        policy = load_policy(
+            self.environ.get("OTEL_COMPACTION_POLICY") or "default",
+            home / "otel-compaction" / "policy-cache",
+        )
         gate = CompactionGate(policy)
         if any(self.environ.get(name) for name in _OTEL_SWITCHES):
             from otel_compaction.hooks import export
@@ -214,9 +229,7 @@ class _Hook:
             return self._pre_tool_use(guard)
         if self.event == "PostCompact":
             return self._post_compact(guard)
-        if self.event == "SessionStart" and self.payload.get("source") == "compact":
-            return self._session_start(guard)
-        return HookResult()
+        return self._session_start(guard)
 
     def _session(self) -> Session:
         path = _text(self.payload.get("transcript_path"))
@@ -292,9 +305,11 @@ class _Hook:
 
 
 def _read_session(path: str) -> Session:
-    from otel_compaction.sessions import read_session
+    """The session log from its latest compaction on: what the hook decides over, read in a
+    time that follows the context, not the log's history."""
+    from otel_compaction.sessions import read_context
 
-    return read_session(path, limit=MAX_LOG_BYTES)
+    return read_context(path, limit=MAX_LOG_BYTES)
 
 
 def _text(value: Any) -> str | None:

@@ -301,18 +301,22 @@ class _Reader:
         boundary = self.boundary or _Boundary(line, "unknown", None, frozenset())
         self.boundary = None
         # What a partial compaction preserved follows the summary, as Claude Code relinks it.
-        closed = {c.message_index for c in self.compactions}
-        moved = {
-            i
-            for i in range(self.floor, len(self.messages))
-            if i not in closed and not self.sources[i].isdisjoint(boundary.preserved)
-        }
-        rows = list(zip(self.messages, self.lines, self.sources, strict=True))
-        kept = [row for i, row in enumerate(rows) if i not in moved]
-        preserved = [row for i, row in enumerate(rows) if i in moved]
-        self.messages = [m for m, _, _ in kept]
-        self.lines = [n for _, n, _ in kept]
-        self.sources = [u for _, _, u in kept]
+        # Only the messages since the previous summary can move (that summary stays), so only
+        # they are looked at: each message is looked at once however many compactions follow.
+        preserved: list[tuple[dict[str, Any], int, set[str]]] = []
+        if boundary.preserved:
+            first = self.floor + 1 if self.compactions else self.floor
+            kept: list[tuple[dict[str, Any], int, set[str]]] = []
+            for row in zip(
+                self.messages[first:], self.lines[first:], self.sources[first:], strict=True
+            ):
+                (kept if row[2].isdisjoint(boundary.preserved) else preserved).append(row)
+            if preserved:
+                del self.messages[first:], self.lines[first:], self.sources[first:]
+                for message, number, sources in kept:
+                    self.messages.append(message)
+                    self.lines.append(number)
+                    self.sources.append(sources)
         index = len(self.messages)
         summary = _text_of(content)
         self.compactions.append(
@@ -335,7 +339,10 @@ class _Reader:
             start = self.blockers[-1] + 1 if self.blockers else self.floor
             if index is not None and index >= max(start, self.floor):
                 earlier = self.messages[index]
-                earlier["content"] = _blocks(earlier["content"]) + _blocks(content)
+                if isinstance(earlier["content"], list):  # a list of the reader's own
+                    earlier["content"].extend(_blocks(content))
+                else:
+                    earlier["content"] = _blocks(earlier["content"]) + _blocks(content)
                 self._source(index, uuid)
                 return
         message: dict[str, Any] = {"role": "assistant", "content": _copy(content)}
