@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from conftest import REPO_ROOT
 from e2e_servers import require_executable
 from observability_files import (
@@ -50,8 +51,14 @@ REQUIRED_ALERTS = {
 }
 
 
+_ENV_DEFAULT = re.compile(r"\$\{env:[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}")
+"""The Collector's ``${env:NAME:-default}``: what the config holds where NAME is unset."""
+
+
 def _collector() -> dict[str, Any]:
-    config: dict[str, Any] = load_yaml(COLLECTOR)
+    """The Collector config as Compose runs it: every ``${env:NAME:-default}`` at its default."""
+    text = _ENV_DEFAULT.sub(lambda match: match[1], COLLECTOR.read_text(encoding="utf-8"))
+    config: dict[str, Any] = yaml.safe_load(text)
     return config
 
 
