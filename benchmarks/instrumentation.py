@@ -48,9 +48,10 @@ from typing import Any
 from _report import each_round, keep_best, verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
-import fake_llm_server  # the tests' loopback fake of the providers
-from fake_llm_server import FakeLLMServer, ToolCall
+import fake_model_server  # the loopback fake of the providers (examples/)
+from fake_model_server import FakeLLMServer, ToolCall
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -191,7 +192,7 @@ def _measure(telemetry: Telemetry, rounds: int, per_batch: int) -> dict[str, flo
     best: dict[str, float] = {}
     # The fake server writes headers and body separately; without TCP_NODELAY, Nagle's
     # algorithm and delayed acknowledgements add ~40 ms to a request and swamp the comparison.
-    fake_llm_server._Handler.disable_nagle_algorithm = True
+    fake_model_server._Handler.disable_nagle_algorithm = True
     with FakeLLMServer() as server:
         clients = {api: _client(server, api) for api in ("chat", "responses", "messages")}
         workloads = {name: _Workload(server, *case) for name, case in CASES.items()}
@@ -248,7 +249,7 @@ def _growing(
     """Per API, for each history size, the best seconds per request plain and instrumented."""
     instrumentor = CompactionInstrumentor()
     best: dict[str, float] = {}
-    fake_llm_server._Handler.disable_nagle_algorithm = True
+    fake_model_server._Handler.disable_nagle_algorithm = True
     with FakeLLMServer() as server:
         clients = {api: _client(server, api) for api in GROWING_APIS.values()}
         for number in each_round(rounds):

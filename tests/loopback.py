@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import http.client
 import socket
-import socketserver
-import threading
 from collections.abc import Mapping
-from types import TracebackType
-from typing import TypeVar
 
 import pytest
+from loopback_service import LOOPBACK, LoopbackService, serve_in_background
 
 __all__ = [
     "LOOPBACK",
@@ -26,12 +23,8 @@ __all__ = [
     "serve_in_background",
 ]
 
-LOOPBACK = "127.0.0.1"
-"""The only address the test servers bind to."""
 
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy")
-
-_ServiceT = TypeVar("_ServiceT", bound="LoopbackService")
 
 
 def bypass_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,18 +38,6 @@ def bypass_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.upper(), raising=False)
     for name in ("no_proxy", "NO_PROXY"):
         monkeypatch.setenv(name, f"{LOOPBACK},localhost")
-
-
-def serve_in_background(server: socketserver.BaseServer, name: str) -> threading.Thread:
-    """Run ``server.serve_forever`` on a started daemon thread called ``name``.
-
-    A short poll interval makes ``server.shutdown()`` prompt: it waits for the next poll.
-    """
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True
-    )
-    thread.start()
-    return thread
 
 
 def http_request(
@@ -83,28 +64,3 @@ def assert_refused(port: int) -> None:
     """Fail unless a connection to ``port`` on loopback is refused (nothing listens there)."""
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((LOOPBACK, port), timeout=2).close()
-
-
-class LoopbackService:
-    """A server with ``start()`` (returning itself) and ``stop()``, usable with ``with``."""
-
-    def start(self: _ServiceT) -> _ServiceT:
-        """Start serving; return ``self``."""
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        """Stop serving."""
-        raise NotImplementedError
-
-    def __enter__(self: _ServiceT) -> _ServiceT:
-        """Start the server."""
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        self.stop()
