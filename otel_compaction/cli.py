@@ -327,7 +327,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         # compaction (Claude Code reads exit 2 so), and no option of another version may.
         from otel_compaction.hooks.run import main as run_hook
 
-        return run_hook(arguments[1], arguments[2:])
+        # Run by the process's own command line (the console script, ``python -m``), the
+        # hook may end the process; called with arguments, in a host's process, it may not.
+        return run_hook(arguments[1], arguments[2:], owns_process=argv is None)
     try:
         parser = _parser()
         args = parser.parse_args(arguments)

@@ -31,6 +31,20 @@ pytest_plugins = [
 """The helper modules whose fixtures every test module may use without importing them. Each
 comes after those it imports, so that pytest rewrites the asserts of every one of them."""
 
+_TEST_PROCESS = os.getpid()
+_real_exit = os._exit
+
+
+def _guarded_exit(status: int) -> NoReturn:
+    """`os._exit`, refused in the test process itself: code that ends the process it runs in
+    would end the test run silently, with the status it passes (0 reads as a pass)."""
+    if os.getpid() == _TEST_PROCESS:
+        raise RuntimeError(f"os._exit({status}) called in the test process")
+    _real_exit(status)
+
+
+os._exit = _guarded_exit
+
 CORPUS_ENV = "OTEL_COMPACTION_CORPUS"
 """Environment variable that overrides the corpus directory."""
 

@@ -316,14 +316,23 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def main(cli: str, argv: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> int:
+def main(
+    cli: str,
+    argv: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+    *,
+    owns_process: bool = False,
+) -> int:
     """Run one hook of `cli`, with its command line `argv` (the options after ``hook CLI``),
     on this process's standard input and output; return its exit status.
 
     The hard cap is armed first; the answer is written before the telemetry is flushed, and
-    the process ends at once when the telemetry is still trying after its grace."""
+    the process ends at once when the telemetry is still trying after its grace.
+
+    Only with `owns_process` (the hook is the process's own command, as the CLIs run it) does
+    the hook end the process: called in a host's process, it answers and returns."""
     environ = dict(os.environ if environ is None else environ)
-    answer = _Answer(cli)
+    answer = _Answer(cli, owns_process=owns_process)
     answer.arm(_cap(environ))
     try:
         # Library warnings (an exporter retrying, say) are not the hook's answer.
@@ -343,7 +352,7 @@ def main(cli: str, argv: Sequence[str] = (), environ: Mapping[str, str] | None =
             result = run_hook(cli, stdin, environ, deferred=deferred)
         code = answer.give(HookResult(result.exit_code, result.stdout, notes + result.stderr))
         finished = [task() for task in deferred]  # each, even after one that did not finish
-        if not all(finished):
+        if not all(finished) and owns_process:
             # An export still trying (its drop counted): the process ends now rather than
             # at the interpreter's exit, which would wait on the exporter's connection.
             os._exit(code)
@@ -387,8 +396,9 @@ class _Answer:
     """The process's one answer: given by the hook, or by the hard cap when the hook is held
     up past it, whichever comes first; the cap then ends the process."""
 
-    def __init__(self, cli: str) -> None:
+    def __init__(self, cli: str, *, owns_process: bool) -> None:
         self.cli = cli
+        self.owns_process = owns_process
         self._lock = threading.Lock()
         self._code: int | None = None
         self._timer: threading.Timer | None = None
@@ -420,7 +430,8 @@ class _Answer:
                     f"{self.cap_s:g} s)\n",
                 )
                 self._code = 0
-        os._exit(self._code)
+        if self.owns_process:
+            os._exit(self._code)
 
 
 def _write(stream: Any, text: str) -> None:
