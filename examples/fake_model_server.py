@@ -253,7 +253,14 @@ class FakeLLMServer(LoopbackService):
     :attr:`rejections`.
     """
 
-    def __init__(self, *, chunk_chars: int = 4, validate: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        chunk_chars: int = 4,
+        validate: bool = False,
+        port: int = 0,
+        responder: Callable[[RecordedRequest], Reply | ErrorReply | RawReply] | None = None,
+    ) -> None:
         """Create a stopped server.
 
         Args:
@@ -261,12 +268,21 @@ class FakeLLMServer(LoopbackService):
             validate: reject, with the provider's HTTP 400, requests whose history the
                 provider would refuse (off by default: most tests send partial histories on
                 purpose). Can be changed later through :attr:`validate`.
+            port: the port to listen on; 0 for an ephemeral one.
+            responder: answers every request that finds nothing scripted for its API (a
+                scenario, such as ``deploy_scenario``); without one such a request gets
+                HTTP 500.
         """
         if chunk_chars <= 0:
             raise ValueError(f"chunk_chars must be positive, got {chunk_chars}")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port must be 0..65535, got {port}")
         self.chunk_chars = chunk_chars
         self.validate = validate
         """Whether requests are checked against the providers' rules before being answered."""
+        self.responder = responder
+        """Answers what nothing scripted answers; None: HTTP 500."""
+        self._port = port
         self._lock = threading.Lock()
         self._queues: dict[Api, deque[Scripted]] = {api: deque() for api in _APIS}
         self._requests: list[RecordedRequest] = []
@@ -284,7 +300,7 @@ class FakeLLMServer(LoopbackService):
         """Bind an ephemeral port on loopback and serve on a background thread."""
         if self._server is not None:
             raise RuntimeError("FakeLLMServer is already running")
-        server = _Server((LOOPBACK, 0), _Handler)
+        server = _Server((LOOPBACK, self._port), _Handler)
         server.fake = self
         self._server = server
         self._thread = serve_in_background(server, f"fake-llm-server:{server.server_address[1]}")
@@ -434,7 +450,10 @@ class FakeLLMServer(LoopbackService):
             if request.api is None or request.rejection is not None:
                 return request, None, self._counter
             queue = self._queues[request.api]
-            return request, (queue.popleft() if queue else None), self._counter
+            if queue:
+                return request, queue.popleft(), self._counter
+            responder = self.responder
+            return request, (Dynamic(responder) if responder else None), self._counter
 
     def _violation(self, api: Api, body: dict[str, Any]) -> str | None:
         """The provider's message rejecting ``body``, or None; called holding the lock."""
@@ -1037,3 +1056,136 @@ class _Builder:
             usage={"output_tokens": self.output_tokens},
         )
         yield event("message_stop")
+
+
+# --------------------------------------------------------------------------
+# Running it as a program
+# --------------------------------------------------------------------------
+
+_USAGE = """\
+A fake of the OpenAI (Chat Completions, Responses) and Anthropic (Messages) APIs on
+127.0.0.1, for pointing a real SDK, framework or agent at without a key or a network.
+
+By default it plays the built-in "deploy" scenario (deploy_scenario.py), the one the example
+agents run: the model calls tools while its reported usage climbs past half and then 90% of
+a 16,000-token window, so that an agent compacting on usage gets one compaction deferred and
+one refused. --script FILE answers from a JSON file first, in order, per API:
+
+  {"chat": [{"tool_calls": [{"name": "restart", "arguments": {"service": "web-7"}}]},
+            {"text": "web-7 is restarted.", "input_tokens": 12000}],
+   "messages": [{"error": {"status": 429, "message": "slow down"}}]}
+
+(a reply has "text", "tool_calls" with "name", "arguments" and an optional "id",
+"thinking", "input_tokens", "model"; or "error" with "status", "message" and "type").
+With --scenario none, a request that finds nothing scripted gets HTTP 500.
+"""
+
+
+def load_script(path: str) -> dict[Api, list[Scripted]]:
+    """The replies a ``--script`` JSON file scripts, per API, in order.
+
+    Raises:
+        ValueError: the file is not such a JSON object (the message says where).
+    """
+    with open(path, encoding="utf-8") as file:
+        document = json.load(file)
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: expected a JSON object of APIs, got {type(document).__name__}")
+    script: dict[Api, list[Scripted]] = {}
+    for api, replies in document.items():
+        if api not in _APIS:
+            raise ValueError(f"{path}: unknown API {api!r}; expected one of {', '.join(_APIS)}")
+        if not isinstance(replies, list):
+            raise ValueError(f"{path}: {api} must be a list of replies")
+        script[api] = [_scripted(reply, f"{path}: {api}[{i}]") for i, reply in enumerate(replies)]
+    return script
+
+
+def _scripted(reply: Any, where: str) -> Scripted:
+    if not isinstance(reply, dict):
+        raise ValueError(f"{where}: a reply is a JSON object")
+    try:
+        if "error" in reply:
+            error = reply["error"]
+            return ErrorReply(
+                int(error["status"]), str(error["message"]), error.get("type", "api_error")
+            )
+        calls = tuple(
+            ToolCall(call["name"], call.get("arguments", {}), call.get("id"))
+            for call in reply.get("tool_calls", ())
+        )
+        return Reply(
+            reply.get("text"),
+            calls,
+            reply.get("model"),
+            reply.get("thinking"),
+            reply.get("input_tokens"),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{where}: {error!r} in {reply!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until interrupted; print the base URLs to set first."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python examples/fake_model_server.py",
+        description=_USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port on 127.0.0.1 (default 8000; 0: any free one)"
+    )
+    parser.add_argument(
+        "--scenario",
+        choices=("deploy", "none"),
+        default="deploy",
+        help="what answers requests nothing scripted answers (default: deploy)",
+    )
+    parser.add_argument("--script", metavar="FILE", help="JSON replies to answer first, per API")
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="reject histories the providers would reject (a tool call without its result, ...)"
+        " with their HTTP 400",
+    )
+    args = parser.parse_args(argv)
+    try:
+        script = load_script(args.script) if args.script else {}
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    responder = None
+    if args.scenario == "deploy":
+        from deploy_scenario import deploy_scenario
+
+        responder = deploy_scenario
+    server = FakeLLMServer(validate=args.validate, port=args.port, responder=responder)
+    for api, replies in script.items():
+        server.enqueue_reply(api, *replies)
+    try:
+        server.start()
+    except OSError as error:
+        parser.exit(1, f"fake model server: cannot listen on {LOOPBACK}:{args.port}: {error}\n")
+    print(f"fake model server on {server.url} (Ctrl-C stops it); set:", flush=True)
+    print(f"  export OPENAI_BASE_URL={server.openai_base_url} OPENAI_API_KEY=fake", flush=True)
+    print(
+        f"  export ANTHROPIC_BASE_URL={server.anthropic_base_url} ANTHROPIC_API_KEY=fake",
+        flush=True,
+    )
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        for failure in server.errors:
+            print(failure, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    # Run as the importable module, so the scenario's replies are of the classes served here.
+    from fake_model_server import main as run
+
+    sys.exit(run())
