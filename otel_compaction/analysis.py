@@ -18,7 +18,7 @@ import itertools
 import json
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from otel_compaction.ledger import LedgerSnapshot, Obligation
@@ -63,6 +63,9 @@ class Negative:
     text: str
     subjects: tuple[str, ...] = ()
     outcome: str = "absence"
+    siblings: tuple[tuple[str, ...], ...] = field(default=(), compare=False)
+    """The subjects of the other calls of the same tool in the span a summary replaces, from
+    which it must tell this one apart (`otel_compaction.binding`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -626,6 +626,21 @@ def _last_quiescent_cut(
     return best
 
 
+def _by_tool(owed: Iterable[tuple[str, tuple[str, ...]]]) -> dict[str, list[tuple[str, ...]]]:
+    """The subjects of each (tool, subjects) owed, by tool."""
+    found: dict[str, list[tuple[str, ...]]] = {}
+    for tool, subjects in owed:
+        found.setdefault(tool, []).append(subjects)
+    return found
+
+
+def _siblings(
+    by_tool: Mapping[str, list[tuple[str, ...]]], tool: str, subjects: tuple[str, ...]
+) -> tuple[tuple[str, ...], ...]:
+    """The other calls of `tool` owed the same way, by their subjects, each once."""
+    return tuple(dict.fromkeys(s for s in by_tool.get(tool, ()) if s != subjects))
+
+
 def must_carry(
     analysis: Analysis,
     findings: list[Finding],
@@ -648,13 +663,24 @@ def must_carry(
 
         left_out = owed(analysis, start, end)[1]  # remembered from the span's check
     negative_at = {f.message_index for f in carried if f.rule == "null_result"}
+    # Each negative and each pending call is told apart from the other calls of its tool
+    # owed the same way: the failed ones, the pending ones (`otel_compaction.binding`).
+    in_span = analysis.negatives_in(start, end)
+    failed = _by_tool((n.tool, n.subjects) for n in in_span)
     negatives = tuple(
-        n for n in analysis.negatives_in(start, end) if n.message_index in negative_at
+        replace(n, siblings=_siblings(failed, n.tool, n.subjects))
+        for n in in_span
+        if n.message_index in negative_at
     )
+    still_open = [(o, analysis.subjects(o)) for o in analysis.pending_at(0, end)]
+    waiting = _by_tool((o.name, subjects) for o, subjects in still_open if o.call >= 0)
     pending = [
-        ObligationRef(o.kind, o.id, o.opened, o.name, analysis.subjects(o))
-        for o in analysis.pending_at(0, end)
-    ]
+        ObligationRef(
+            o.kind, o.id, o.opened, o.name, subjects,
+            _siblings(waiting, o.name, subjects) if o.call >= 0 else (),
+        )
+        for o, subjects in still_open
+    ]  # fmt: skip
     pending += [f.obligation for f in carried if f.rule == "stale_obligation" and f.obligation]
     pending += [ObligationRef(r.kind, r.id, None, r.name) for r in analysis.ledger_only]
     # Only the ledger records an obligation abandoned.

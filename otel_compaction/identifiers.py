@@ -52,7 +52,7 @@ _LEADING: Final = "'\"`([{<#"
 
 def canonical(value: str) -> str:
     """One form per identifier: wrapping punctuation and a leading ``./`` removed."""
-    value = value.strip(_TRAILING).lstrip(_LEADING)
+    value = value.rstrip(_TRAILING).lstrip(_LEADING)
     while value.startswith("./"):
         value = value[2:]
     if len(value) > 1 and value.endswith("/"):

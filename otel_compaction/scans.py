@@ -32,6 +32,11 @@ _OPTION_KEYS: Final = frozenset({
     "run_in_background", "subagent_type", "head_limit", "limit", "offset", "multiline",
     "workdir", "cwd", "sandbox_permissions", "justification", "-A", "-B", "-C", "-n", "-i",
 })  # fmt: skip
+# What a call writes (a file's new content, an edit's old and new text): the call is named by
+# the file it writes, never by the paths and words its content happens to hold.
+_CONTENT_KEYS: Final = frozenset({
+    "content", "new_string", "old_string", "edits", "new_source", "code", "patch", "diff",
+})  # fmt: skip
 
 
 class _Folding(Protocol):
@@ -74,7 +79,7 @@ def call_subjects(call: ToolCall | None) -> tuple[str, ...]:
     def walk(item: Any) -> None:
         if isinstance(item, dict):
             for name, inner in item.items():
-                if name not in _OPTION_KEYS:
+                if name not in _OPTION_KEYS and name not in _CONTENT_KEYS:
                     walk(inner)
         elif isinstance(item, list):
             for inner in item:

@@ -20,11 +20,21 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from otel_compaction.binding import (
+    Clause,
+    Name,
+    clause,
+    named,
+    names,
+    names_call,
+    sibling_names,
+    tells_apart,
+)
 from otel_compaction.identifiers import candidates, canonical, is_path, same_identifier
 from otel_compaction.patterns import sentences
 from otel_compaction.rules.base import ObligationRef
@@ -46,7 +56,7 @@ _NEGATION: Final = re.compile(
 )
 _PENDING: Final = re.compile(
     r"(?i)\b(?:pending|still|not yet|yet to|outstanding|awaiting|waiting|in progress|"
-    r"in flight|unfinished|incomplete|unresolved|open|no result|never (?:ran|returned|"
+    r"in flight|unfinished|incomplete|unresolved|open|no result yet|never (?:ran|returned|"
     r"answered|completed)|has not|hasn't|have not|haven't|will|intends?|plans? to|promised|"
     r"owes?|abandoned|given up|gave up|withdrawn|rolled back|to be done|to do)\b"
 )
@@ -59,12 +69,24 @@ _HEADING: Final = re.compile(
     r"|\*\*(?P<bold>[^*\n]{1,60})\*\*:?"
     r"|(?P<plain>[A-Z][A-Za-z /&'-]{1,40}):)"
 )
-# What a section is about, by its heading: the lines under an errors heading state failures,
-# those under a pending heading state what is still to do.
-_ERRORS_SECTION: Final = re.compile(r"(?i)\b(?:errors?|failures?|failed|bugs?|issues?)\b")
+# What a section is about, by its heading: the lines under a pending heading state what is
+# still to do. An errors heading states no failure by itself: a line under it that names a
+# call without saying how it failed ("- The Edit of CLAUDE.md was done after reading it")
+# may tell how it was fixed, or something else.
 _PENDING_SECTION: Final = re.compile(
     r"(?i)\b(?:pending|current work|next steps?|remaining|to ?do|outstanding|in progress|"
     r"unfinished|open (?:items|tasks|questions))\b"
+)
+# A line under a pending heading that says nothing is pending there.
+_DONE: Final = re.compile(
+    r"(?i)^\W*(?:none|nothing|n/a)\b|\b(?:is|was|were|are|has been|have been) (?:now |already )?"
+    r"(?:done|complete|completed|finished|exported|copied|written|created|applied|fixed|resolved)\b"
+)
+# What says a call is still to come back, not that it failed ("has not returned yet").
+_STILL_TO_COME: Final = re.compile(
+    r"(?i)\b(?:has|have|had|is|was)(?:n't| not)(?: yet)? (?:returned|finished|completed|come back|"
+    r"been (?:answered|run|done|written|exported))\b|\bnot (?:done |finished |run )?yet\b|"
+    r"\bno result yet\b"
 )
 # The wrapper a harness puts around a summary (Claude Code's continuation notice, Codex's
 # handoff preamble): its "without asking" and "do not" say nothing about the conversation.
@@ -84,15 +106,17 @@ _BARE_NAME: Final = re.compile(
     r"(?<![\w./~\\-])(\.?[\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z0-9]{0,7}|\.[A-Za-z][\w-]+)"
     r"(?![\w/\\-]|\.\w)"
 )
-# What a command or query is split at into its segments, and what ends a segment's leading
-# words (a path, a quotation, a redirection, an assignment).
-_SEGMENTS: Final = re.compile(r"&&|\|\||[;|\n]")
+# A parenthesis: what it says is about what it holds, not about the clause around it.
+_PARENTHESIS: Final = re.compile(r"\([^()]*\)")
+# How many words in a row of a failure's own text a clause must repeat to quote it.
+_QUOTED_WORDS: Final = 4
+_VALUE: Final = re.compile(r"\S*[\d/\\@]\S*")
 _WORDS: Final = re.compile(r"[^\W_]+(?:[_-][^\W_]+)*")
-_GLOB: Final = re.compile(r"[*?\[\]{}()|\\^$]")
-_LEADING_WORDS: Final = 4
-# Tools that run a command: their name says nothing about which call it was.
-_RUNNER: Final = re.compile(r"(?i)shell|command|exec|terminal|bash")
-_FILLER: Final = frozenset({"a", "an", "the", "of", "to", "in", "on", "for", "and", "or", "with"})
+_STEM: Final = re.compile(r"(?:ing|ed|es|e|s)$")
+_PROMISE_FILLER: Final = frozenset({
+    "the", "a", "an", "of", "to", "and", "or", "for", "with", "this", "that", "then", "now",
+    "first", "next", "also", "my", "your", "it", "its",
+})  # fmt: skip
 
 
 class Owed(Protocol):
@@ -176,56 +200,6 @@ def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-@dataclass(frozen=True, slots=True)
-class _Term:
-    """One way a summary may name a call: a path, a pattern written as is, or a phrase."""
-
-    kind: str  # "path", "raw" or "phrase"
-    value: str
-
-
-def _terms(names: Iterable[str]) -> list[_Term]:
-    """What a summary may name a call by, from its subjects: each path, each pattern written
-    as is, each value of one word, and the leading words of each command or query (``mix
-    test``, ``python -m pytest``), never the program alone."""
-    terms: list[_Term] = []
-    for written in names:
-        name = written.strip()
-        if not name:
-            continue
-        if " " not in name and "\n" not in name:
-            if is_path(canonical(name)) and not _GLOB.search(name):
-                terms.append(_Term("path", canonical(name)))
-            elif _GLOB.search(name):
-                terms.append(_Term("raw", name))
-            elif _flat(name).strip():
-                terms.append(_Term("phrase", _flat(name)))
-            continue
-        for segment in _SEGMENTS.split(name):
-            words: list[str] = []
-            for word in segment.split():
-                if any(c in word for c in "/\\'\"`<>=") or len(words) == _LEADING_WORDS:
-                    break
-                words.append(word)
-            while words and words[-1].lower() in _FILLER:
-                words.pop()
-            phrase = _flat(" ".join(words))
-            if len(phrase.split()) >= 2:
-                terms.append(_Term("phrase", phrase))
-    return terms
-
-
-def _call_terms(tool: str, subjects: Sequence[str]) -> list[_Term]:
-    """The terms of a call: its subjects' and, when they are none or it names a domain
-    action (``get_reservation_details``, not ``Bash`` nor ``exec_command``), its tool's
-    name."""
-    terms = _terms(subjects)
-    domain = ("_" in tool or bool(re.search(r"[a-z][A-Z]", tool))) and not _RUNNER.search(tool)
-    if tool and (not terms or domain):
-        terms.append(_Term("phrase", _flat(tool)))
-    return terms
-
-
 def _heading(line: str) -> tuple[str, bool] | None:
     """The title of a section heading `line` opens with, and whether it is a ``Title: ...``
     line (whose section ends at the next unindented line), or None."""
@@ -239,11 +213,11 @@ def _heading(line: str) -> tuple[str, bool] | None:
 @dataclass(slots=True)
 class _Unit:
     """A sentence or line of a summary (or a bullet with the lines under it), its words and
-    what it says: a failure (a negation, or under an errors heading), something pending."""
+    whether it says something is pending (a word of it, or under a pending heading)."""
 
     text: str
     flat: str
-    negative: bool
+    section: str
     pending: bool
 
 
@@ -256,12 +230,13 @@ class _Summary:
         self.by_word: dict[str, list[int]] = {}
         self.paths: dict[str, list[tuple[str, int]]] = {}  # basename: (path, unit)
         self.bare: set[str] = set()  # file names written without a folder
+        self._clauses: dict[int, list[Clause]] = {}
         self._read(text)
 
     # -- reading ------------------------------------------------------------------------------
 
     def _read(self, text: str) -> None:
-        section = ""  # "errors", "pending" or ""
+        section = ""  # "pending" or ""
         plain = False  # the section's heading is a ``Title: ...`` line: it ends unindented
         parents: list[tuple[int, int, str]] = []  # (indent, its line's unit, listed folder)
         for raw in text.splitlines():
@@ -272,10 +247,7 @@ class _Summary:
             heading = _heading(line) if indent == 0 else None
             if heading is not None:
                 title, plain = heading
-                section = (
-                    "errors" if _ERRORS_SECTION.search(title)
-                    else "pending" if _PENDING_SECTION.search(title) else ""
-                )  # fmt: skip
+                section = "pending" if _PENDING_SECTION.search(title) else ""
                 parents.clear()
             elif plain and indent == 0 and not line.startswith(("-", "*", "+")):
                 section, plain = "", False
@@ -293,7 +265,6 @@ class _Summary:
                 block = self.units[parent[1]]
                 block.text += "\n" + line
                 block.flat += _flat(line)[1:]
-                block.negative = block.negative or self.units[at].negative
                 block.pending = block.pending or self.units[at].pending
                 self._index(parent[1], line)
                 self._paths(line, parent[2], parent[1])
@@ -307,8 +278,7 @@ class _Summary:
         at = len(self.units)
         self.units.append(
             _Unit(
-                text, _flat(text),
-                section == "errors" or bool(_NEGATION.search(text)),
+                text, _flat(text), section,
                 section == "pending" or bool(_PENDING.search(text)),
             )
         )  # fmt: skip
@@ -349,47 +319,148 @@ class _Summary:
             return True
         return name in self.bare and path.rsplit("/", 1)[0] in roots
 
-    def units_naming(self, terms: Iterable[_Term]) -> Iterator[int]:
-        """The units that name one of `terms`."""
-        for term in terms:
-            phrase = term.value
-            if term.kind == "path":
-                name = _basename(term.value)
-                for written, at in self.paths.get(name, ()):
-                    if same_identifier(term.value, written):
-                        yield at
-                if "." not in name:
-                    continue  # a folder is named by a path, never by its last name alone
-                phrase = _flat(name)
-            elif term.kind == "raw":
-                yield from (i for i, u in enumerate(self.units) if term.value in u.text)
+    def clauses(self, at: int) -> list[Clause]:
+        """The clauses of unit `at`: each sentence of its lines cut at semicolons, and a
+        bullet's line joined with each line under it ("- Grep `foo`:" over "  - no matches")."""
+        found = self._clauses.get(at)
+        if found is None:
+            lines = self.units[at].text.split("\n")
+            found = [
+                clause(piece)
+                for line in lines
+                for sentence in sentences(line)
+                for piece in sentence.split(";")
+                if piece.strip()
+            ]
+            if _heading(lines[0].strip()) is None:  # a section is no statement
+                found.extend(clause(f"{lines[0]}\n{line}") for line in lines[1:])
+            self._clauses[at] = found
+        return found
+
+    def units_writing(self, call: frozenset[Name]) -> list[int]:
+        """The units that may write one of `call`'s names (each then read clause by clause)."""
+        found: set[int] = set()
+        for name in call:
+            if name.kind == "pattern":
+                found.update(i for i, u in enumerate(self.units) if name.value in u.text)
                 continue
-            words = phrase.split()
-            if not words:
-                continue
-            rarest = min(words, key=lambda w: len(self.by_word.get(w, ())))
-            for at in self.by_word.get(rarest, ()):
-                if phrase in self.units[at].flat:
-                    yield at
+            if name.kind == "date":
+                found.update(i for i, u in enumerate(self.units) if "-" in u.text)
+            value = name.value.rsplit("/", 1)[-1] if name.kind == "path" else name.value
+            words = _WORDS.findall(value.lower())
+            if words:
+                rarest = min(words, key=lambda w: len(self.by_word.get(w, ())))
+                found.update(self.by_word.get(rarest, ()))
+        return sorted(found)
+
+    def _bound(
+        self,
+        tool: str,
+        subjects: tuple[str, ...],
+        siblings: tuple[tuple[str, ...], ...],
+        says: Callable[[_Unit, Clause, frozenset[Name]], bool],
+    ) -> bool:
+        """Whether one clause names the call (told apart from its siblings) and `says` what
+        is owed of it."""
+        call = names(tool, subjects)
+        others = sibling_names(tool, siblings)
+        for at in self.units_writing(call):
+            unit = self.units[at]
+            for where in self.clauses(at):
+                found = named(call, where, others)
+                if (
+                    names_call(found, only=not others)
+                    and tells_apart(found, call, others)
+                    and says(unit, where, found)
+                ):
+                    return True
+        return False
 
     def states_negative(self, negative: Negative) -> bool:
-        """True when one unit names the negative's call and says it failed (or the summary
-        writes its call id)."""
+        """True when one clause names the negative's call and says it failed (a negation
+        about it, or the failure quoted in the tool's own words), or the summary writes its
+        call id."""
         if negative.call_id and _token(negative.call_id).search(self.text):
             return True
-        terms = _call_terms(negative.tool, negative.subjects)
-        return any(self.units[at].negative for at in self.units_naming(terms))
+        quoted = _shingles(negative.text)
+
+        def failed(unit: _Unit, where: Clause, found: frozenset[Name]) -> bool:
+            return _negated(where, found) or bool(quoted & _shingles(where.text))
+
+        return self._bound(negative.tool, negative.subjects, negative.siblings, failed)
 
     def states_pending(self, ref: ObligationRef) -> bool:
-        """True when one unit names the obligation and says it is still pending (or lists
-        it under a pending heading), or the summary writes its id."""
+        """True when one clause names the obligation and says it is still pending (or lists
+        it under a pending heading), or the summary writes its id. A retry is also stated by
+        its failure: whoever reads that it failed knows it is not done."""
         if ref.id and _token(ref.id).search(self.text):
             return True
         if ref.kind == "commitment":
-            words = (w for subject in ref.subjects for w in _WORDS.findall(subject.lower()))
-            return any(self.units[at].pending for w in words for at in self.by_word.get(w, ()))
-        terms = _call_terms(ref.name, ref.subjects)
-        return any(self.units[at].pending for at in self.units_naming(terms))
+            return self._states_promise(ref.subjects)
+
+        def pending(unit: _Unit, where: Clause, found: frozenset[Name]) -> bool:
+            if _says_pending(unit, where.text):
+                return True
+            return ref.kind == "retry" and _negated(where, found)
+
+        return self._bound(ref.name, ref.subjects, ref.siblings, pending)
+
+    def _states_promise(self, subjects: tuple[str, ...]) -> bool:
+        """Whether one unit that says something is pending shares two of the promise's
+        words (all of them when it has fewer), compared by their stems."""
+        words = {_stem(w) for s in subjects for w in _WORDS.findall(s.lower())}
+        words -= _PROMISE_FILLER
+        if not words:
+            return False
+        need = min(2, len(words))
+        for at, unit in enumerate(self.units):
+            for where in self.clauses(at):
+                if len(words & {_stem(w) for w in where.flat.split()}) < need:
+                    continue
+                if _says_pending(unit, where.text):
+                    return True
+        return False
+
+
+def _says_pending(unit: _Unit, text: str) -> bool:
+    """Whether `text` (a clause of `unit`) says something is still to happen: in its words,
+    or listed under a pending heading without saying it is done ("- None: ... was copied")."""
+    if _PENDING.search(text):
+        return True
+    return unit.section == "pending" and not _DONE.search(text)
+
+
+def _stem(word: str) -> str:
+    """`word` without a common inflection (``creating`` and ``create`` are one word)."""
+    return _STEM.sub("", word) if len(word) > 4 else word
+
+
+def _shingles(text: str) -> frozenset[str]:
+    """The runs of `_QUOTED_WORDS` words in a row of `text` (its first 600 characters), by
+    which a clause that quotes it is found; never across a path or a value (whoever names
+    the call writes those, quoting nothing)."""
+    found: set[str] = set()
+    for piece in _VALUE.split(text[:600].lower()):
+        words = _WORDS.findall(piece)
+        for i in range(len(words) - _QUOTED_WORDS + 1):
+            run = " ".join(words[i : i + _QUOTED_WORDS])
+            if len(run) >= 16:
+                found.add(run)
+    return frozenset(found)
+
+
+def _negated(where: Clause, found: frozenset[Name]) -> bool:
+    """Whether `where` says something was not the case about what it names: a negation
+    outside the names themselves (a Grep for ``error`` is no failure) and outside the
+    parentheses that name none of them."""
+    text = _PARENTHESIS.sub(
+        lambda m: m.group(0) if named(found, clause(m.group(0))) else " ", where.text
+    )
+    text = _STILL_TO_COME.sub(" ", text)
+    for name in found:
+        if name.kind in ("value", "word", "program", "phrase", "tool"):
+            text = re.sub(rf"(?i)(?<![\w-]){re.escape(name.value)}(?![\w-])", " ", text)
+    return bool(_NEGATION.search(text))
 
 
 def _roots(identifiers: Iterable[str], summary: _Summary) -> frozenset[str]:

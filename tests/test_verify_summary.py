@@ -135,21 +135,23 @@ CLOSING = (
         # Not carried: generic words share a sentence with a negation.
         ("We ran mix and git here; no changes needed.", 2, False),  # a program name alone
         ("We ran mix and git here; no changes needed.", 6, False),
-        ("Grep output in content mode showed nothing new.", 4, False),  # an output_mode value
+        ("Output in content mode showed nothing new.", 4, False),  # an output_mode value
         ("Commands ran with a 120000 ms timeout and none hung.", 2, False),  # a timeout value
         (CLOSING, 8, False),  # Claude Code's closing boilerplate ("read", "error")
         ("4. Errors and fixes:\n   - None.", 8, False),  # the section header
+        # the call named under the heading, how it failed left out
+        ("4. Errors and fixes:\n   - `mix test test/foo_test.exs`: the greeting is off.", 2, False),
         # Carried: the subject bound with a failure, in other words.
         ("`mix test` failed with 3 failures in test/foo_test.exs.", 2, True),
-        ("4. Errors and fixes:\n   - `mix test test/foo_test.exs`: the greeting is off.", 2, True),
+        ("4. Errors and fixes:\n   - `mix test test/foo_test.exs`: 1 failure (greets).", 2, True),
         ("- Grep for `legacy_greeting` in /path/to/Demo/lib:\n  - came back empty", 4, True),
         ("git push origin main was rejected (fetch first).", 6, True),
         ("Reading lib/missing.ex failed: the file does not exist.", 8, True),
     ],
     ids=[
         "program-name-mix", "program-name-git", "output-mode", "timeout", "closing-boilerplate",
-        "errors-header", "mix-test-failed", "under-errors-heading", "bullet-and-sub-bullet",
-        "git-push", "relative-path",
+        "errors-header", "named-under-errors-heading", "mix-test-failed", "under-errors-heading",
+        "bullet-and-sub-bullet", "git-push", "relative-path",
     ],
 )  # fmt: skip
 def test_a_negative_is_carried_only_where_its_subject_is_bound(

@@ -99,6 +99,8 @@ class ObligationRef:
     name: str = ""
     subjects: tuple[str, ...] = field(default=(), compare=False)
     """What it is about (argument values, the promised action's words), for verification."""
+    siblings: tuple[tuple[str, ...], ...] = field(default=(), compare=False)
+    """The subjects of the other calls of the same tool in the span a summary replaces."""
 
     def describe(self) -> str:
         """``tool_call search (call_1) at message 4``."""
