@@ -451,6 +451,22 @@ def _repeated_negatives(t: Transcript, a: Analysis, found: dict[Key, str]) -> di
     return out
 
 
+def same_words(name: str, quote: str) -> bool:
+    """Whether a commitment's name (its whole sentence) and a label's quote (a verbatim part
+    of the message) are one promise: either holds the other, case, spacing and typographic
+    apostrophes aside."""
+    a, b = (" ".join(x.replace("\u2019", "'").lower().split()) for x in (name, quote))
+    return a in b or b in a
+
+
+def response_end(t: Transcript, index: int) -> int:
+    """The last message of the response `index` is part of: the end of the split response
+    (a Responses message and the calls that follow it) holding it, else `index` itself. No
+    cut falls inside a response."""
+    ends = [u.last for u in t.units if u.kind == "split_response" and u.first <= index <= u.last]
+    return max(ends, default=index)
+
+
 def detections(conv: Conversation) -> dict[str, dict[Key, str]]:
     """Every detection of every call-based kind and of commitments, by key."""
     t, a = conv.transcript, conv.analysis
@@ -460,8 +476,8 @@ def detections(conv: Conversation) -> dict[str, dict[Key, str]]:
         if found is None or found[0] not in _OBLIGATION_KINDS:
             continue
         kind, key = found
-        if o.resolved is not None and o.resolved <= o.opened:
-            continue  # kept in the message that made it: open at no cut
+        if o.resolved is not None and o.resolved <= response_end(t, o.opened):
+            continue  # kept in the message (the response) that made it: open at no cut
         if o.rule in KIND_RULES[kind]:
             out[kind][key] = f"{o.rule} {o.name} at message {o.opened} ({o.status})"
             if kind == "retry":
@@ -529,7 +545,7 @@ def resolve(item: Item, conv: Conversation) -> Verdict:
         if item.kind == "commitment":
             at = quoted(t, anchor["quote"])
             names = [k[2] for k in conv.detections["commitment"] if k[1] == at]
-            name = next((n for n in names if n.lower() in anchor["quote"].lower()), None)
+            name = next((n for n in names if same_words(n, anchor["quote"])), None)
             key: Key = ("message", at, name)
             context = t.entries[at].text
         elif item.kind == "reference":
@@ -604,6 +620,8 @@ def _closes_agree(item: Item, conv: Conversation, key: Key) -> bool | None:
             return resolved == turn
         if "quote" in closes:
             return resolved == quoted(t, closes["quote"])
+        if item.kind == "commitment":  # kept by the promised call, where it is made
+            return resolved == nth_call(t, closes).message_index
         return resolved == result_message(t, nth_call(t, closes))
     except (LookupError, TypeError) as exc:
         raise LabelError(f"{item.where}: closes: {exc}") from None

@@ -203,3 +203,31 @@ def test_a_negative_repeated_by_the_same_call_is_held_by_its_latest(tmp_path: Pa
     first = _item("negative", {"call_id": "c1", "occurrence": 0}, True, "declined")
     rows, _ = _evaluate(tmp_path, [first])
     assert (rows["negative"].tp, rows["negative"].fn) == (1, 0)
+
+
+def test_a_commitment_quote_may_be_a_part_of_the_sentence_that_names_it() -> None:
+    name = "Next I'm checking the state and then I'll export the session transcript."
+    assert precision.same_words(name, "then I\u2019ll export the session transcript")
+    assert precision.same_words("Let me check.", "Sure.  Let me check.")
+    assert not precision.same_words(name, "I will book the flight")
+
+
+def test_a_promise_kept_by_the_calls_of_its_own_split_response_is_open_at_no_cut() -> None:
+    from otel_compaction.analysis import Analysis
+    from otel_compaction.transcript import Transcript
+
+    said = "I'm exporting the session log into the project root now."
+
+    def text(role: str, part: str, body: str) -> dict[str, Any]:
+        return {"type": "message", "role": role, "content": [{"type": part, "text": body}]}
+
+    messages = [
+        text("user", "input_text", "Go."),
+        text("assistant", "output_text", said),
+        {"type": "function_call", "call_id": "x1", "name": "shell", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "x1", "output": "done"},
+    ]
+    t = Transcript.parse(messages)
+    conv = precision.Conversation("r", t, Analysis.build(t, Policy.load("default")))
+    assert precision.response_end(t, 1) == 2
+    assert precision.detections(conv)["commitment"] == {}

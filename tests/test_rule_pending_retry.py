@@ -252,6 +252,16 @@ def test_a_promise_to_retry_keeps_the_chain_open_past_the_users_reply() -> None:
     assert chains(s) == [(failed, None, "open")]
 
 
+def test_handing_the_request_to_a_human_gives_the_chain_up() -> None:
+    s = Script(CHAT)
+    s.user("book the flight")
+    s.call(Call("b1", "book_reservation", {"user_id": "mia_li_3668"}))
+    failed = s.result("b1", "Error: service unavailable")
+    handed = s.say("I will transfer you to a human agent who can complete your booking.")
+    s.user("###TRANSFER###")
+    assert chains(s) == [(failed, handed, "given_up")]
+
+
 # -- a not-found of the model's own identifier --------------------------------------------------
 
 

@@ -89,6 +89,7 @@ _GIVE_UP: Final = re.compile(
     r"|\b(?:try|trying|take|taking|use|using|go|going) (?:with )?(?:a |an )?"
     r"(?:different|another|alternative|other) (?:approach|way|method|route|strategy|tack|tool)\b"
     r"|\bskip(?:ping)? (?:this|that|it)\b|\b(?:won't|will not|not going to) (?:retry|try again)\b"
+    r"|\btransfer(?:ring)? you to (?:a |an )?(?:human|live|another)\b"  # handed to a person
 )
 
 # Arguments that change how a call runs or is shown, not what it is about.
