@@ -55,7 +55,7 @@ _NEGATION: Final = re.compile(
     r"|n't\b"
 )
 _PENDING: Final = re.compile(
-    r"(?i)\b(?:pending|still|not yet|yet to|outstanding|awaiting|waiting|in progress|"
+    r"(?i)\b(?:pending|still|not (?:\w+ )?yet|yet to|outstanding|awaiting|waiting|in progress|"
     r"in flight|unfinished|incomplete|unresolved|open|no result yet|never (?:ran|returned|"
     r"answered|completed)|has not|hasn't|have not|haven't|will|intends?|plans? to|promised|"
     r"owes?|abandoned|given up|gave up|withdrawn|rolled back|to be done|to do)\b"
@@ -74,8 +74,8 @@ _HEADING: Final = re.compile(
 # call without saying how it failed ("- The Edit of CLAUDE.md was done after reading it")
 # may tell how it was fixed, or something else.
 _PENDING_SECTION: Final = re.compile(
-    r"(?i)\b(?:pending|current work|next steps?|remaining|to ?do|outstanding|in progress|"
-    r"unfinished|open (?:items|tasks|questions))\b"
+    r"(?i)\b(?:pending|current work|next steps?|remaining|remains|what(?:'s| is) left|to ?do|"
+    r"outstanding|in progress|unfinished|open (?:items|tasks|questions))\b"
 )
 # A line under a pending heading that says nothing is pending there.
 _DONE: Final = re.compile(

@@ -90,8 +90,10 @@ def test_a_range_of_dates_covers_each_search_in_it() -> None:
 WRITE = [
     {"role": "user", "content": "/init"},
     _call("w1", "Write", file_path="/app/CLAUDE.md", content="# Notes\nnew/empty repository"),
-    _result("w1", "Claude requested permissions to write to /app/CLAUDE.md, but you haven't "
-            "granted it yet."),  # fmt: skip
+    _result(
+        "w1",
+        "Claude requested permissions to write to /app/CLAUDE.md, but you haven't granted it yet.",
+    ),
     {"role": "assistant", "content": "I need your permission."},
     {"role": "user", "content": "ok"},
 ]
@@ -117,15 +119,31 @@ def test_a_write_is_carried_by_a_clause_about_it(summary: str, carried: bool) ->
 
 CODEX = [
     {"role": "user", "content": "export the session"},
-    _call("c1", "shell_command", command=["pwsh.exe", "-Command",
-          r"Get-Content C:\Users\kunal\.codex\history.jsonl -Tail 5"]),  # fmt: skip
-    _exited("c1", r"Get-Content : Cannot find path 'C:\Users\kunal\.codex\history.jsonl' "
-            "because it does not exist."),  # fmt: skip
-    _call("c2", "shell_command", command=["pwsh.exe", "-Command",
-          r"Get-ChildItem .\skills\data\specs"]),  # fmt: skip
+    _call(
+        "c1",
+        "shell_command",
+        command=[
+            "pwsh.exe",
+            "-Command",
+            r"Get-Content C:\Users\kunal\.codex\history.jsonl -Tail 5",
+        ],
+    ),
+    _exited(
+        "c1",
+        r"Get-Content : Cannot find path 'C:\Users\kunal\.codex\history.jsonl' "
+        "because it does not exist.",
+    ),
+    _call(
+        "c2",
+        "shell_command",
+        command=["pwsh.exe", "-Command", r"Get-ChildItem .\skills\data\specs"],
+    ),
     _exited("c2", r"Get-ChildItem : Cannot find path '.\skills\data\specs'."),
-    _call("c3", "shell_command", command=["pwsh.exe", "-Command",
-          r"Get-ChildItem C:\Users\kunal\.claude\projects"]),  # fmt: skip
+    _call(
+        "c3",
+        "shell_command",
+        command=["pwsh.exe", "-Command", r"Get-ChildItem C:\Users\kunal\.claude\projects"],
+    ),
     _exited("c3", r"Get-ChildItem : Cannot find path 'C:\Users\kunal\.claude\projects'."),
     {"role": "assistant", "content": "Neither exists."},
     {"role": "user", "content": "ok"},
@@ -184,3 +202,30 @@ def test_a_call_is_named_by_what_it_is_about() -> None:
         ("word", "main"),
     }
     assert all(n.value != "set-upstream" for n in found)  # an option names nothing
+
+
+PROMISE = [
+    {"role": "user", "content": "help me apply for the grant"},
+    {
+        "role": "assistant",
+        "content": "Then I'll export the current session transcript as proof of the work.",
+    },
+    {"role": "user", "content": "go on"},
+]
+
+
+@pytest.mark.parametrize(
+    ("summary", "carried"),
+    [
+        ("## What remains\n- I said I would export the session transcript: not done yet.", True),
+        # The promise's words in a line that says nothing is pending.
+        ("## Progress\n- The session transcript was read.", False),
+        # A pending line about something else.
+        ("## What remains\n- Draft the 3-step application.", False),
+    ],
+)
+def test_a_promise_is_carried_by_a_pending_clause_sharing_its_words(
+    summary: str, carried: bool
+) -> None:
+    check = verify_summary(PROMISE, (1, 2), summary)
+    assert [p.kind for p in check.missing_pending] == ([] if carried else ["commitment"])
