@@ -83,11 +83,16 @@ class JaegerServer:
     """Jaeger v2 all-in-one (in-memory storage) on loopback: OTLP gRPC at `otlp_grpc`, OTLP
     HTTP at `otlp_http` (``host:port``), its query API and UI at `url`."""
 
-    def __init__(self, workdir: Path, *, binary: Path | None = None) -> None:
-        """Pick its ports; its log goes to ``<workdir>/jaeger.log``."""
+    def __init__(
+        self, workdir: Path, *, binary: Path | None = None, ui_assets: Path | None = None
+    ) -> None:
+        """Pick its ports; its log goes to ``<workdir>/jaeger.log``. `ui_assets` is a built
+        Jaeger UI (the directory holding its ``index.html``) to serve instead of the one in
+        the binary: ``go build`` embeds none, and serves a placeholder page."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.binary = binary or jaeger_binary()
+        self.ui_assets = ui_assets
         self.otlp_grpc = f"{LOOPBACK}:{free_port()}"
         self.otlp_http = f"{LOOPBACK}:{free_port()}"
         self.query_port = free_port()
@@ -114,6 +119,8 @@ class JaegerServer:
             "extensions.healthcheckv2.grpc.endpoint": self._health_grpc,
             "service.telemetry.metrics.level": "none",  # else it serves them on :8888
         }
+        if self.ui_assets is not None:
+            settings["extensions.jaeger_query.ui.assets_path"] = str(self.ui_assets)
         return [str(self.binary), *(f"--set={key}={value}" for key, value in settings.items())]
 
     def start(self, timeout: float = 30.0) -> JaegerServer:

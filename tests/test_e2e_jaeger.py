@@ -22,7 +22,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -162,7 +161,6 @@ def _metric(text: str, name: str, **labels: str) -> float:
 def test_one_demo_run_is_one_trace_per_agent_run_in_jaeger_with_its_decisions(
     stack: Stack,
 ) -> None:
-    started = time.monotonic()
     service = f"otel-compaction-e2e-{uuid.uuid4().hex[:8]}"
     report = _run_demo(stack, service)
     guarded = {run["seed"]: run for run in report["runs"] if run["compactor"] == "guarded"}
@@ -254,4 +252,3 @@ def test_one_demo_run_is_one_trace_per_agent_run_in_jaeger_with_its_decisions(
             + f"\n{stack.describe()}"
         ),
     )
-    assert time.monotonic() - started < 60
