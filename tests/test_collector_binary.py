@@ -14,10 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, unavailable
+from jaeger_stack import COLLECTOR_CONFIG as CONFIG
+from jaeger_stack import collector_binary
 
-CONFIG = REPO_ROOT / "collector-config" / "otel-collector.yaml"
-BINARY_ENV = "OTEL_COMPACTION_OTELCOL"
 LOOPBACK_ADDRESSES = {
     "OTLP_GRPC_ENDPOINT": "127.0.0.1:14317",
     "OTLP_HTTP_ENDPOINT": "127.0.0.1:14318",
@@ -25,15 +24,6 @@ LOOPBACK_ADDRESSES = {
     "PROMETHEUS_EXPORTER_ENDPOINT": "127.0.0.1:18889",
     "JAEGER_OTLP_ENDPOINT": "127.0.0.1:24317",
 }
-
-
-def collector_binary() -> Path:
-    """The built Collector: ``OTEL_COMPACTION_OTELCOL``, else ``.tools/bin/otelcol-compaction``;
-    skips (fails under CI) when there is none."""
-    path = Path(os.environ.get(BINARY_ENV) or REPO_ROOT / ".tools" / "bin" / "otelcol-compaction")
-    if not path.is_file():
-        unavailable(f"{path} not built; run: bash collector-config/build/build.sh")
-    return path
 
 
 def _validate(config: Path, environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
