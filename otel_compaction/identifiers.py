@@ -37,10 +37,9 @@ __all__ = [
 # first digit, @, / or -, a : before a digit or a backslash, a . before a letter, the first of
 # six capitals): the engine tests only the characters of the opening class in its fast loop, a
 # look at the characters about it says whether one opens a run, and the possessive tail reads
-# the rest of the run once. Splitting the text on
-# these tails leaves between them text that opens no run, so a run's letters before its tail
-# are the letters that end the piece before it: all of this is done by the engine and by string
-# methods, never a line of Python per run.
+# the rest of the run once. Splitting the text on these tails leaves between them text that
+# opens no run, so a run's letters before its tail are the letters that end the piece before
+# it: all of this is done by the engine and by string methods, never a line of Python per run.
 _ASCII_TAIL: Final = re.compile(
     r"([0-9@/:.A-Z-](?:"
     r"(?<=:)(?:\\{1,2}[A-Za-z0-9_.+@~#-]+)++"  # a Windows path after its drive letter
