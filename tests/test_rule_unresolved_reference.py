@@ -156,3 +156,49 @@ def test_a_true_identifier_from_a_result_is_owed() -> None:
         result("c2", '{"status": "confirmed"}'),
     ]
     assert owed_values(messages, 1, 4) == ["ZFA04Y"]
+
+
+def _given_in_span_used_after(value: str, *, given_by: str = "result") -> Messages:
+    """`value` first seen in the span (a result, or the user's text) and passed to a call
+    right after the cut at message 4."""
+    first: dict[str, Any] = (
+        result("c1", f"found {value}")
+        if given_by == "result"
+        else {"role": "user", "content": f"It is {value}."}
+    )
+    return [
+        {"role": "user", "content": "Look it up."},
+        call("c1", "lookup", query="it"),
+        first,
+        {"role": "assistant", "content": "Got it."},
+        call("c2", "use", value=value),
+        result("c2", "ok"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "given_by"),
+    [
+        ("HXDUBJ", "user"),  # a reservation code of letters only, given once by the user
+        ("localhost:3001", "result"),  # the dev server's host and port
+        ("bash_1", "result"),  # a background shell's id, killed after the cut
+        ("83381b7c81f567945970a7e183b2a7a18211cc801ae38cd153db70026b8a04cc", "result"),  # SHA-256
+        ("export-session.sh", "result"),  # a bare file name
+        ("CLAUDE.md", "result"),
+    ],
+)
+def test_values_of_more_shapes_are_owed(value: str, given_by: str) -> None:
+    messages = _given_in_span_used_after(value, given_by=given_by)
+    assert owed_values(messages, 1, 4) == [value]
+
+
+@pytest.mark.parametrize("word", ["PLEASE", "STRING", "README", "Next.js"])
+def test_words_and_product_names_are_not_owed(word: str) -> None:
+    assert owed_values(_given_in_span_used_after(word), 1, 4) == []
+
+
+def test_a_windows_path_is_owed_as_written_outside_json() -> None:
+    # In the call's JSON arguments its backslashes are doubled: one value all the same.
+    path = "C:\\Users\\dev\\skills\\apply-grant"
+    messages = _given_in_span_used_after(path)
+    assert owed_values(messages, 1, 4) == [path]
