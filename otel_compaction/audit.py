@@ -21,20 +21,28 @@ boundary) and what the session did afterwards (up to the next compaction), and r
 
 from __future__ import annotations
 
+import gc
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_compaction.gate import CompactionGate
+from otel_compaction.gate import CompactionGate, must_carry
 from otel_compaction.policy import Policy
 from otel_compaction.reissue import reissues
 from otel_compaction.rules import ObligationRef, SpanView, run_rules
 from otel_compaction.sessions import Compaction, Session
-from otel_compaction.transcript import Transcript
-from otel_compaction.verification import Verification, verify_summary
+from otel_compaction.verification import Verification, verify
 
 __all__ = ["CompactionAudit", "Reissue", "SessionAudit", "audit_session", "to_json", "write_text"]
+
+# The one conversation of the gate's incremental state that every list judged is analysed
+# under. A compaction is judged on the messages as the CLI sent them, then on the same messages
+# without the summary; the next one's list starts with this one's "after". Each analysis thus
+# takes over the parse and scans of the messages the previous one read, and each message is
+# parsed and scanned about once, however many compactions are near it.
+_JUDGED = "audit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +131,26 @@ class SessionAudit:
 
 def audit_session(session: Session, policy: Policy | str = "default") -> SessionAudit:
     """Judge every compaction of `session` under `policy`."""
+    with _frozen():
+        return _audit_session(session, policy)
+
+
+@contextmanager
+def _frozen() -> Iterator[None]:
+    """Everything alive now (the session read, above all) kept out of the cyclic garbage
+    collector's walks while the compactions are judged, then handed back to it.
+
+    The audit makes and drops an analysis per compaction; each of the collector's full passes
+    would walk the whole session again, so that a log of a hundred compactions took twice
+    as long as it does with the session set aside."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _audit_session(session: Session, policy: Policy | str) -> SessionAudit:
     gate = CompactionGate(policy)
     summaries = [c.message_index for c in session.compactions]
     audits: list[CompactionAudit] = []
@@ -151,14 +179,13 @@ def _audit(
     if cut == 0:
         return CompactionAudit(compaction, True, (), Verification(), ())
     # The boundary as the model met it: the summary in place of the span it replaced.
-    sent = gate.analyse([*before, summary, *after])
+    sent = gate.analyse([*before, summary, *after], conversation_id=_JUDGED)
     findings = run_rules(SpanView(sent, 0, cut))
     open_obligations = tuple(
         dict.fromkeys(f.obligation for f in findings if f.severity == "block" and f.obligation)
     )
     # What the summary had to carry: the span against what the session did after it.
-    transcript = Transcript.parse([*before, *after])
-    missing = verify_summary(transcript, (0, cut), compaction.summary, policy=gate.policy)
+    missing = _missing(gate, [*before, *after], cut, compaction.summary)
     reissued = tuple(
         Reissue(call.name, call.id, original.call_id, index, session.line_of(index))
         for call, original in reissues(
@@ -169,6 +196,16 @@ def _audit(
     return CompactionAudit(
         compaction, bool(sent.pair_closed[cut]), open_obligations, missing, reissued
     )
+
+
+def _missing(
+    gate: CompactionGate, messages: list[dict[str, Any]], cut: int, summary: str
+) -> Verification:
+    """`verify_summary` of ``messages[:cut]`` replaced by `summary` (the same analysis, findings
+    and verdict), analysed incrementally by `gate` rather than from scratch."""
+    analysis = gate.analyse(messages, conversation_id=_JUDGED)
+    findings = run_rules(SpanView(analysis, 0, cut, False))
+    return verify(summary, must_carry(analysis, findings, 0, cut, levels=("carry", "block")))
 
 
 def to_json(audits: Sequence[SessionAudit]) -> str:

@@ -25,7 +25,9 @@ Guarantees:
   opened (never waiting for the writer), and an unterminated last line that is not whole JSON
   is the record being written, not damage: it is left out. FIFOs and devices are refused.
 * **Nothing copied needlessly.** Content blocks are shared with the records they come from;
-  the readers never modify a record.
+  the readers never modify a record. `read_session` hands each record to the reader as it is
+  decoded and lets it go once read, so that what stays in memory is the session, not every
+  record of the file beside it (a damaged log is read again as a whole, for its exact error).
 """
 
 from __future__ import annotations
@@ -181,7 +183,10 @@ def read_session(path: str | Path, *, limit: int = MAX_INPUT_BYTES) -> Session:
     unusable (blank lines are allowed and keep the numbering)."""
     text, name = read_log(path, limit=limit)
     with _collector_paused():
-        return _parse(_records(text, name), name)
+        session = _streamed(text, name)
+        if session is None:  # damage, or a log the one pass cannot read: as a whole says why
+            session = _parse(_records(text, name), name)
+        return session
 
 
 def read_context(path: str | Path, *, limit: int = MAX_INPUT_BYTES) -> Session:
@@ -238,13 +243,23 @@ def _records(text: str, name: str, *, first_line: int = 1) -> list[Record]:
     """The records of the lines of `text`, the first being line `first_line` of the file."""
     if not text.strip():
         raise TranscriptError(f"{name}: empty file; expected a Claude Code or Codex session log")
-    records: list[Record] = []
-    append = records.append
+    return list(_decoded(text, name, first_line))
+
+
+def _decoded(text: str, name: str, first_line: int) -> Iterator[Record]:
+    """The records of the lines of `text` one by one, as `_records` reads them."""
     # Only "\n" ends a record: JSON text may hold U+2028 and other characters that
-    # str.splitlines would also split on.
-    lines = text.split("\n")
-    last = first_line + len(lines) - 1
-    for number, line in enumerate(lines, start=first_line):
+    # str.splitlines would also split on. The lines are cut one at a time, so that no list of
+    # them stands beside the text.
+    last = first_line + text.count("\n")
+    find = text.find
+    position = 0
+    for number in range(first_line, last + 1):
+        end_of_line = find("\n", position)
+        if end_of_line < 0:
+            end_of_line = len(text)
+        line = text[position:end_of_line]
+        position = end_of_line + 1
         # Nearly every line is one JSON value and nothing else: the decoder's raw_decode
         # reads it without json.loads' checks around it. Anything else (a blank or padded
         # line, damage) goes the way of json.loads, which says what is wrong.
@@ -253,19 +268,72 @@ def _records(text: str, name: str, *, first_line: int = 1) -> list[Record]:
         except (ValueError, RecursionError):
             end = -1
         if end == len(line):
-            append((number, value))
+            yield number, value
             continue
         if not line.strip() or number == last:
             continue  # blank, or the unterminated last line: a record still being written
         try:
-            append((number, json.loads(line)))
+            value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise TranscriptError(
                 f"{name}: line {number}: not JSON (column {exc.colno}: {exc.msg})"
             ) from None
         except RecursionError:
             raise TranscriptError(f"{name}: line {number}: nested too deeply") from None
-    return records
+        yield number, value
+
+
+def _streamed(text: str, name: str) -> Session | None:
+    """The `Session` of `text` read in one pass, each record handed to the format's reader as
+    it is decoded and let go once read, so that the records of the whole log never stand in
+    memory together; None when the log needs reading as a whole: anything the reader or the
+    decoder rejects (read as a whole, it gets its exact error: the first damaged line before
+    any record that is not an object, before anything a reader says), a log of neither
+    format, or a partial compaction known only by its ``preservedSegment`` chain (which is
+    followed over the whole file)."""
+    from otel_compaction.sessions import claude_code, codex
+
+    waiting: list[Record] = []  # the records before the first one of a recognizable shape
+    records = _decoded(text, name, 1)
+    kind: str | None = None
+    for number, record in records:
+        if type(record) is not dict:
+            return None
+        waiting.append((number, record))
+        if codex.is_record(record):
+            kind = CODEX
+            break
+        if claude_code.is_record(record):
+            kind = CLAUDE_CODE
+            break
+    if kind is None:
+        return None
+    objects = _objects(records)
+    try:
+        if kind == CODEX:
+            return codex.read(_chained(waiting, objects), name)
+        return claude_code.read_stream(_chained(waiting, objects), name)
+    except Exception:  # read as a whole, the log gets its exact error
+        return None
+
+
+class _NotAnObject(Exception):
+    """A record that is not a JSON object, met in one pass."""
+
+
+def _objects(records: Iterator[Record]) -> Iterator[Record]:
+    for number, record in records:
+        if type(record) is not dict:
+            raise _NotAnObject
+        yield number, record
+
+
+def _chained(first: list[Record], rest: Iterator[Record]) -> Iterator[Record]:
+    """`first`'s records (let go as they are handed on), then `rest`'s."""
+    first.reverse()
+    while first:
+        yield first.pop()
+    yield from rest
 
 
 def _parse(records: list[Record], path: str) -> Session:

@@ -40,7 +40,7 @@ the log is read in file order, the abandoned branch included.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -54,7 +54,7 @@ from otel_compaction.sessions import (
     _trigger,
 )
 
-__all__ = ["is_record", "read"]
+__all__ = ["Unstreamable", "is_record", "read", "read_stream"]
 
 _SYNTHETIC_MODEL: Final = "<synthetic>"
 _KEYS: Final = ("uuid", "parentUuid", "sessionId", "leafUuid", "messageId")
@@ -75,6 +75,35 @@ def is_record(record: Mapping[str, Any]) -> bool:
 def read(records: Sequence[Record], path: str) -> Session:
     """The `Session` of a Claude Code log's records (each with its 1-based line)."""
     return _Reader(path, records).run()
+
+
+def read_stream(records: Iterable[Record], path: str) -> Session:
+    """`read` of records handed over one at a time, each let go once read (a main session
+    file's records are held back only until its first main-thread message says that it is
+    one). Raises `Unstreamable` for a partial compaction known only by its
+    ``preservedSegment`` chain, which `read` follows over the whole file."""
+    reader = _Reader(path, ())
+    reader.streamed = True
+    waiting: list[Record] | None = []  # until the file is known to be a main session file
+    for line, record in records:
+        if waiting is None:
+            reader.take(line, record, True)
+        elif _is_message(record) and record.get("isSidechain") is not True:
+            waiting.reverse()
+            while waiting:
+                reader.take(*waiting.pop(), True)
+            waiting = None
+            reader.take(line, record, True)
+        else:
+            waiting.append((line, record))
+    if waiting is not None:  # all sidechain: a subagent's own file, read whole
+        for line, record in waiting:
+            reader.take(line, record, False)
+    return reader.finish()
+
+
+class Unstreamable(Exception):
+    """The log cannot be read one record at a time."""
 
 
 def _is_message(record: Mapping[str, Any]) -> bool:
@@ -148,6 +177,8 @@ class _Reader:
         self.parents: dict[str, str] | None = None  # built when a preservedSegment needs it
         self.session_id: str | None = None
         self.cwd: str | None = None
+        self.seen: set[str] = set()  # the uuids read (a record read again is skipped)
+        self.streamed = False  # records handed over one at a time: `records` is empty
 
     def error(self, line: int, problem: str) -> TranscriptError:
         return TranscriptError(f"{self.path}: line {line}: {problem}")
@@ -159,20 +190,27 @@ class _Reader:
             _is_message(record) and record.get("isSidechain") is not True
             for _, record in self.records
         )
-        seen: set[str] = set()
         for line, record in self.records:
-            if self.session_id is None or self.cwd is None:
-                self._identify(record)
-            uuid = record.get("uuid")
-            if isinstance(uuid, str) and uuid:
-                if uuid in seen:
-                    continue
-                seen.add(uuid)
-            else:
-                uuid = None
-            if main and record.get("isSidechain") is True:
-                continue
-            self._record(line, uuid, record)
+            self.take(line, record, main)
+        return self.finish()
+
+    def take(self, line: int, record: Mapping[str, Any], main: bool) -> None:
+        """Read the next record, of a main session file when `main`."""
+        if self.session_id is None or self.cwd is None:
+            self._identify(record)
+        uuid = record.get("uuid")
+        if isinstance(uuid, str) and uuid:
+            if uuid in self.seen:
+                return
+            self.seen.add(uuid)
+        else:
+            uuid = None
+        if main and record.get("isSidechain") is True:
+            return
+        self._record(line, uuid, record)
+
+    def finish(self) -> Session:
+        """The session of the records read."""
         if self.boundary is not None:
             raise self.error(self.boundary.line, "compact boundary with no summary after it")
         return Session(
@@ -273,6 +311,8 @@ class _Reader:
 
     def _parents(self) -> dict[str, str]:
         """Each record's ``parentUuid`` by its ``uuid`` (the first one given), over the file."""
+        if self.streamed:
+            raise Unstreamable
         if self.parents is None:
             self.parents = {}
             for _, record in self.records:

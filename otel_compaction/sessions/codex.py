@@ -24,7 +24,7 @@ without a string ``type``, is an error naming its line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from otel_compaction.errors import TranscriptError
@@ -44,8 +44,8 @@ def is_record(record: Mapping[str, Any]) -> bool:
     return record.get("type") in LINE_TYPES and "payload" in record
 
 
-def read(records: Sequence[Record], path: str) -> Session:
-    """The `Session` of a Codex rollout's lines (each with its 1-based line)."""
+def read(records: Iterable[Record], path: str) -> Session:
+    """The `Session` of a Codex rollout's lines (each with its 1-based line), read in one pass."""
     messages: list[dict[str, Any]] = []
     lines: list[int] = []
     compactions: list[Compaction] = []
