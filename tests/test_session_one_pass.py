@@ -8,26 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_sessions import BASE, assistant, text, user
 
 from otel_compaction.errors import TranscriptError
 from otel_compaction.sessions import _parse, _records, find_session_files, read_session
 
 SESSIONS = Path(__file__).resolve().parent / "data" / "sessions"
-BASE = {"sessionId": "s-1", "cwd": "/work/shop"}
-
-
-def user(content: Any, uuid: str, **extra: Any) -> dict[str, Any]:
-    message = {"role": "user", "content": content}
-    return {**BASE, "type": "user", "uuid": uuid, "message": message, **extra}
-
-
-def assistant(message_id: str, block: dict[str, Any], uuid: str, **extra: Any) -> dict[str, Any]:
-    message = {"id": message_id, "role": "assistant", "content": [block]}
-    return {**BASE, "type": "assistant", "uuid": uuid, "message": message, **extra}
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
 
 
 def partial_compaction(metadata: dict[str, Any]) -> list[dict[str, Any]]:
