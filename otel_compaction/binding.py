@@ -28,13 +28,17 @@ from typing import Final, Literal
 
 from otel_compaction.identifiers import candidates, canonical, is_path, same_identifier
 
-__all__ = ["Clause", "Name", "names", "names_call", "tells_apart"]
+__all__ = [
+    "WORDS", "Clause", "Name", "clause", "flat", "named", "names", "names_call",
+    "sibling_names", "tells_apart",
+]  # fmt: skip
 
 NameKind = Literal[
     "path", "file_name", "pattern", "date", "value", "program", "phrase", "word", "tool"
 ]
 
-_WORDS: Final = re.compile(r"[^\W_]+(?:[_-][^\W_]+)*")
+WORDS: Final = re.compile(r"[^\W_]+(?:[_-][^\W_]+)*")
+"""A word of text: a snake or kebab name is one word (``search`` is not ``search_logs``)."""
 _DATE: Final = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 _DATE_RANGE: Final = re.compile(
     r"(\d{4}-\d{2}-\d{2})\s*(?:through|thru|to|until|till|-|\u2013|\u2014|\.\.)\s*(\d{4}-\d{2}-\d{2})"
@@ -77,7 +81,7 @@ class Clause:
 def flat(text: str) -> str:
     """`text` as its lowercase words between single spaces, a snake or kebab name one word,
     padded with a space each side."""
-    return " " + " ".join(_WORDS.findall(text.lower())) + " "
+    return " " + " ".join(WORDS.findall(text.lower())) + " "
 
 
 def _slashes(path: str) -> str:
@@ -106,7 +110,7 @@ def _is_path(word: str) -> bool:
 
 
 def _word_name(word: str, kind: NameKind, alone: bool) -> Name | None:
-    words = _WORDS.findall(word.lower())
+    words = WORDS.findall(word.lower())
     if not words:
         return None
     value = " ".join(words)

@@ -26,9 +26,11 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from otel_compaction.binding import (
+    WORDS,
     Clause,
     Name,
     clause,
+    flat,
     named,
     names,
     names_call,
@@ -111,7 +113,6 @@ _PARENTHESIS: Final = re.compile(r"\([^()]*\)")
 # How many words in a row of a failure's own text a clause must repeat to quote it.
 _QUOTED_WORDS: Final = 4
 _VALUE: Final = re.compile(r"\S*[\d/\\@]\S*")
-_WORDS: Final = re.compile(r"[^\W_]+(?:[_-][^\W_]+)*")
 _STEM: Final = re.compile(r"(?:ing|ed|es|e|s)$")
 _PROMISE_FILLER: Final = frozenset({
     "the", "a", "an", "of", "to", "and", "or", "for", "with", "this", "that", "then", "now",
@@ -190,12 +191,6 @@ def _token(value: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])")
 
 
-def _flat(text: str) -> str:
-    """`text` as its lowercase words between single spaces, a snake or kebab name one word
-    (``search`` is not ``search_logs``), padded with a space each side."""
-    return " " + " ".join(_WORDS.findall(text.lower())) + " "
-
-
 def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
@@ -264,7 +259,7 @@ class _Summary:
             if parent is not None:
                 block = self.units[parent[1]]
                 block.text += "\n" + line
-                block.flat += _flat(line)[1:]
+                block.flat += flat(line)[1:]
                 block.pending = block.pending or self.units[at].pending
                 self._index(parent[1], line)
                 self._paths(line, parent[2], parent[1])
@@ -278,14 +273,14 @@ class _Summary:
         at = len(self.units)
         self.units.append(
             _Unit(
-                text, _flat(text), section,
+                text, flat(text), section,
                 section == "pending" or bool(_PENDING.search(text)),
             )
         )  # fmt: skip
         self._index(at, text)
 
     def _index(self, at: int, text: str) -> None:
-        for word in dict.fromkeys(_WORDS.findall(text.lower())):
+        for word in dict.fromkeys(WORDS.findall(text.lower())):
             found = self.by_word.setdefault(word, [])
             if not found or found[-1] != at:
                 found.append(at)
@@ -347,7 +342,7 @@ class _Summary:
             if name.kind == "date":
                 found.update(i for i, u in enumerate(self.units) if "-" in u.text)
             value = name.value.rsplit("/", 1)[-1] if name.kind == "path" else name.value
-            words = _WORDS.findall(value.lower())
+            words = WORDS.findall(value.lower())
             if words:
                 rarest = min(words, key=lambda w: len(self.by_word.get(w, ())))
                 found.update(self.by_word.get(rarest, ()))
@@ -408,7 +403,7 @@ class _Summary:
     def _states_promise(self, subjects: tuple[str, ...]) -> bool:
         """Whether one unit that says something is pending shares two of the promise's
         words (all of them when it has fewer), compared by their stems."""
-        words = {_stem(w) for s in subjects for w in _WORDS.findall(s.lower())}
+        words = {_stem(w) for s in subjects for w in WORDS.findall(s.lower())}
         words -= _PROMISE_FILLER
         if not words:
             return False
@@ -441,7 +436,7 @@ def _shingles(text: str) -> frozenset[str]:
     the call writes those, quoting nothing)."""
     found: set[str] = set()
     for piece in _VALUE.split(text[:600].lower()):
-        words = _WORDS.findall(piece)
+        words = WORDS.findall(piece)
         for i in range(len(words) - _QUOTED_WORDS + 1):
             run = " ".join(words[i : i + _QUOTED_WORDS])
             if len(run) >= 16:
